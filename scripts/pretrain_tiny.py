@@ -1,0 +1,226 @@
+#!/usr/bin/env python
+"""Pretrain the embedded world's tiny text-to-image model (deterministic, CPU, under an hour).
+
+Rectified flow on freshly rendered scenes: every step draws `--batch` random prompts of the shapes
+grammar and a scene for each (numpy generator seeded by (seed, step), so a resumed run sees the same
+data), drops 10% of captions to "" (the unconditional prompt for CFG), samples t from a logit-normal
+and regresses the velocity eps - x0. AdamW with warm-up, a constant phase and a cosine decay over
+the last 30% of steps (so a run can be resumed with a new budget before its decay starts); an EMA
+of the weights (decay 0.999) is what ships. Recipe and sizes follow the feasibility run
+(docs/embedded-world.md).
+
+    python scripts/pretrain_tiny.py --measure 20          # throughput: seconds per step, then exit
+    nohup python scripts/pretrain_tiny.py > .pretrain.log 2>&1 &   # the shipped weights (4500 steps)
+    python scripts/pretrain_tiny.py --resume                         # continue from build/pretrain_tiny/
+    python scripts/pretrain_tiny.py --eval                           # re-evaluate solbench/assets/
+
+Checkpoints (model, EMA, optimizer, step) go to build/pretrain_tiny/ every --checkpoint-every steps,
+and each checkpoint also exports the EMA weights to solbench/assets/, so a partial run is usable.
+The budget is a step count, not a time, so two runs give the same weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from solbench.models.tiny import ASSET_NAME, TinyT2I, TinyT2IConfig, asset_path, save_tiny
+from solbench.world.grammar import sample_training_pair
+from solbench.world.scenes import render_batch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_batch(seed: int, step: int, batch: int, caption_dropout: float):
+    """Images in [-1, 1], captions, noise and times of one step: a pure function of (seed, step)."""
+    rng = np.random.default_rng([seed, step])
+    pairs = [sample_training_pair(rng) for _ in range(batch)]
+    images = render_batch([p[0] for p in pairs]) * 2 - 1
+    captions = ["" if rng.random() < caption_dropout else p[1] for p in pairs]
+    gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    noise = torch.randn(images.shape, generator=gen)
+    t = torch.sigmoid(torch.randn(batch, generator=gen))  # logit-normal(0, 1)
+    return images, captions, noise, t
+
+
+def lr_factor(step: int, warmup: int, total: int, decay_fraction: float = 0.3, floor: float = 0.05) -> float:
+    """Warm-up, stable, decay: linear warm-up, constant, then cosine to `floor` over the last 30%.
+
+    Until the decay starts the schedule does not depend on `total`, so a run can be resumed with a
+    larger or smaller --steps and still match a fresh run with that budget exactly.
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    decay_start = int(total * (1 - decay_fraction))
+    if step < decay_start:
+        return 1.0
+    progress = min(1.0, (step - decay_start) / max(1, total - decay_start))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@torch.no_grad()
+def evaluate(model: TinyT2I, prompt_set: str = "shapes/heldout", seeds: int = 4, steps: int = 10,
+             guidances: tuple[float | None, ...] = (None, 2.0, 3.0)) -> dict:
+    """Strict (GenEval-style) accuracy and graded score per skill, with and without CFG.
+
+    Noise comes from the harness's eval stream (solbench.noise, run seed 0), so these samples are
+    the ones a step-0 evaluation of an RL run on this prompt set sees. Overall accuracy is the mean
+    over skills (GenEval's convention); `image_accuracy` weights every image equally.
+    """
+    from solbench.noise import candidate_noise
+    from solbench.world.detector import score_images
+    from solbench.world.prompts import load_prompt_set
+
+    records = load_prompt_set(prompt_set)
+    ids = [r.id for r in records for _ in range(seeds)]
+    texts = [r.text for r in records for _ in range(seeds)]
+    skills = [r.skill for r in records for _ in range(seeds)]
+    noise, _ = candidate_noise(0, "eval", ids, [i % seeds for i in range(len(ids))], model.config.latent_shape)
+    results = {"prompt_set": prompt_set, "seeds_per_prompt": seeds, "steps": steps, "by_guidance": {}}
+    for guidance in guidances:
+        images = torch.cat([model.generate(texts[i:i + 128], noise[i:i + 128], steps, guidance)
+                            for i in range(0, len(texts), 128)])
+        strict = score_images(images, texts, strict=True)
+        graded = score_images(images, texts, strict=False)
+        per_skill = {}
+        for skill in dict.fromkeys(skills):
+            idx = [i for i, s in enumerate(skills) if s == skill]
+            per_skill[skill] = {"strict": round(float(strict[idx].mean()), 4), "graded": round(float(graded[idx].mean()), 4)}
+        results["by_guidance"]["none" if guidance is None else f"cfg{guidance:g}"] = {
+            "accuracy": round(float(np.mean([v["strict"] for v in per_skill.values()])), 4),
+            "image_accuracy": round(float(strict.mean()), 4),
+            "graded": round(float(graded.mean()), 4),
+            "per_skill": per_skill,
+        }
+    return results
+
+
+def write_evaluation(folder: Path) -> int:
+    """Evaluate the weights in `folder` and write tiny_t2i_eval.json next to them."""
+    from safetensors.torch import load_file
+
+    cfg = TinyT2IConfig.from_dict(json.loads((folder / f"{ASSET_NAME}.json").read_text()))
+    model = TinyT2I(cfg)
+    model.load_state_dict(load_file(str(folder / f"{ASSET_NAME}.safetensors")))
+    model.eval()
+    t0 = time.perf_counter()
+    results = evaluate(model)
+    train_meta = folder / f"{ASSET_NAME}_train.json"
+    if train_meta.is_file():
+        results["trained_steps"] = json.loads(train_meta.read_text())["step"]
+    results["eval_seconds"] = round(time.perf_counter() - t0, 1)
+    (folder / f"{ASSET_NAME}_eval.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=4500, help="optimizer steps (the budget; 4500 made the shipped weights)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--ema", type=float, default=0.999)
+    p.add_argument("--caption-dropout", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--checkpoint-every", type=int, default=250)
+    p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--workdir", type=Path, default=REPO / "build" / "pretrain_tiny")
+    p.add_argument("--out", type=Path, default=None, help="weights folder (default: solbench/assets)")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --workdir")
+    p.add_argument("--measure", type=int, default=0, help="time this many steps (after 3 warm-up) and exit")
+    p.add_argument("--eval", action="store_true",
+                   help="only evaluate the weights in --out on shapes/heldout and write tiny_t2i_eval.json")
+    p.add_argument("--no-eval", action="store_true", help="skip the evaluation after training")
+    args = p.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    out_dir = args.out or asset_path(f"{ASSET_NAME}.json").parent
+    if args.eval:
+        return write_evaluation(out_dir)
+    torch.manual_seed(args.seed)
+    model = TinyT2I(TinyT2IConfig())
+    model.train()
+    ema = copy.deepcopy(model).eval().requires_grad_(False)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, args.warmup, args.steps))
+    start = 0
+    ckpt_path = args.workdir / "checkpoint.pt"
+    if args.resume and ckpt_path.is_file():
+        state = torch.load(ckpt_path, map_location="cpu")
+        model.load_state_dict(state["model"])
+        ema.load_state_dict(state["ema"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        start = state["step"]
+        print(f"resumed at step {start}", flush=True)
+
+    weights, config = out_dir / f"{ASSET_NAME}.safetensors", out_dir / f"{ASSET_NAME}.json"
+
+    def checkpoint(step: int, losses: list[float]) -> None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        tmp = ckpt_path.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
+                    "sched": sched.state_dict(), "step": step}, tmp)
+        tmp.replace(ckpt_path)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        save_tiny(ema, weights, config)
+        meta = {"step": step, "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+                "ema": args.ema, "caption_dropout": args.caption_dropout,
+                "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None}
+        (out_dir / f"{ASSET_NAME}_train.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+    params, ema_params = list(model.parameters()), list(ema.parameters())
+    losses: list[float] = []
+    total = args.steps if not args.measure else start + args.measure + 3
+    t0 = time.perf_counter()
+    for step in range(start, total):
+        if args.measure and step == start + 3:
+            t0 = time.perf_counter()
+        images, captions, noise, t = make_batch(args.seed, step, args.batch, args.caption_dropout)
+        tt = t.view(-1, 1, 1, 1)
+        x_t = (1 - tt) * images + tt * noise
+        tokens, pooled = model.encode(captions)
+        v = model.velocity(model.transformer, x_t, t, tokens, pooled)
+        loss = torch.nn.functional.mse_loss(v, noise - images)
+        if not torch.isfinite(loss):
+            print(f"non-finite loss at step {step}", file=sys.stderr)
+            return 1
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        with torch.no_grad():
+            decay = min(args.ema, (1 + step) / (10 + step))  # short memory early, when weights move fast
+            for pe, pm in zip(ema_params, params):
+                pe.lerp_(pm, 1 - decay)
+        losses.append(loss.item())
+        done = step + 1
+        if done % args.log_every == 0:
+            rate = (done - start) / (time.perf_counter() - t0)
+            print(f"step {done}/{args.steps} loss {np.mean(losses[-args.log_every:]):.4f} "
+                  f"lr {sched.get_last_lr()[0]:.2e} {rate:.2f} steps/s", flush=True)
+        if not args.measure and (done % args.checkpoint_every == 0 or done == args.steps):
+            checkpoint(done, losses)
+    if not args.measure and not args.no_eval:
+        write_evaluation(out_dir)
+    if args.measure:
+        sec = (time.perf_counter() - t0) / args.measure
+        print(f"{sec:.3f} s/step at batch {args.batch} with {args.threads} threads "
+              f"-> {args.steps} steps take about {args.steps * sec / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

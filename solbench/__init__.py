@@ -1,0 +1,8 @@
+"""solbench: the reference harness for RL post-training of text-to-image models.
+
+Sol-RL ("FP4 Explore, BF16 Train", arXiv 2604.06916) and its baselines behind one Method interface,
+with the machinery (seeded noise, rollout engine, quantization, rewards, timing, evaluation,
+checkpoints, results, launching, reports) owned by the harness. See docs/architecture.md.
+"""
+
+__version__ = "0.1.0"

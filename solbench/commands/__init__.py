@@ -1,0 +1,1 @@
+"""Subcommands of the `solbench` CLI, one module each (see solbench/cli.py)."""

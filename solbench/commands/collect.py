@@ -1,0 +1,34 @@
+"""`solbench collect SPEC`: merge the runs' JSONL tables into parquet tables under results/<experiment>/."""
+
+from __future__ import annotations
+
+from solbench.commands._common import add_results_argument, add_spec_argument, console, experiment_dir
+from solbench.results import collect
+from solbench.spec import load_spec
+
+HELP = "merge an experiment's run results into parquet tables (runs, metrics, timings, candidates)"
+
+
+def add_arguments(parser) -> None:
+    add_spec_argument(parser)
+    add_results_argument(parser)
+    parser.add_argument("--all", action="store_true",
+                        help="collect every run folder of the experiment, also runs the spec no longer lists")
+
+
+def main(args) -> int:
+    spec = load_spec(args.spec)
+    result = collect(experiment_dir(spec, args.results), None if args.all else [r.run_id for r in spec.runs])
+    print_collect(result)
+    return 0
+
+
+def print_collect(result) -> None:
+    out = console()
+    out.print(f"collected {result.runs} runs into {result.experiment_dir}/", markup=False)
+    for name, (path, rows) in result.tables.items():
+        out.print(f"  {path.name:<20} {rows:>8} rows", markup=False)
+    if result.corrupt:
+        out.print(f"skipped {len(result.corrupt)} corrupt line(s) (listed in collect_report.json):", markup=False)
+        for bad in result.corrupt[:10]:
+            out.print(f"  {bad.path}:{bad.line_number}: {bad.error}: {bad.text[:60]!r}", markup=False)

@@ -1,0 +1,56 @@
+"""`solbench doctor [SPEC]`: check this machine before a long job.
+
+Lists GPUs (compute capability, natively supported formats, free memory), packages (the gpu extra,
+transformer-engine importability), model and reward weights present in the Hugging Face cache or
+local directories (nothing is downloaded), and free memory against a rough estimate of what SPEC
+needs. With a SPEC, exits 1 if anything it needs is missing; without one, only reports.
+The checks themselves live in solbench.doctor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "check GPUs, packages, model/reward weights and memory before a long job (exit 1 if SPEC can't run)"
+
+_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "info": "cyan"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", nargs="?", default=None,
+                        help="experiment spec (YAML); its models, rewards and formats become requirements")
+    parser.add_argument("--cache-dir", default=None,
+                        help="Hugging Face hub cache to look in (default: HF_HUB_CACHE / HF_HOME)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+
+
+def main(args: argparse.Namespace) -> int:
+    from solbench.doctor import exit_code, run_checks
+
+    rows = run_checks(args.spec, cache_dir=args.cache_dir)
+    if args.json:
+        print(json.dumps([row.__dict__ for row in rows], indent=2))
+        return exit_code(rows)
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="solbench doctor" + (f": {args.spec}" if args.spec else ""), show_lines=False)
+    for col in ("section", "item", "status", "detail", "fix"):
+        table.add_column(col, overflow="fold")
+    last = None
+    for row in rows:
+        table.add_row(row.section if row.section != last else "", escape(row.item),
+                      f"[{_STYLE.get(row.status, 'white')}]{row.status}[/]", escape(row.detail), escape(row.fix))
+        last = row.section
+    console = Console()
+    console.print(table)
+    failed = [r for r in rows if r.status == "fail"]
+    if failed:
+        console.print(f"[bold red]{len(failed)} problem(s) would stop this spec:[/] "
+                      + ", ".join(f"{r.section}/{r.item}" for r in failed))
+    elif args.spec:
+        console.print("[green]nothing this spec needs is missing[/]")
+    return exit_code(rows)

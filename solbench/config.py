@@ -1,0 +1,112 @@
+"""The resolved configuration of ONE run: the contract between specs, the launcher and the trainer.
+
+An experiment spec (YAML, solbench.spec) expands into a list of RunConfig objects; each one is
+everything a run needs, fully resolved (no defaults left to fill in later), so that the run id, a
+short hash of its canonical JSON (launch fields excluded), identifies the run's results exactly.
+
+Field defaults here are those of the embedded world on CPU; the real-model specs in experiments/ set
+the paper's values explicitly. Method hyperparameters live in each method's own Config dataclass
+(``method_config`` holds its fields by name and is validated by the method registry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"  # model registry key: tiny | flux | sd3 | sana
+    path: str | None = None  # local directory or Hugging Face id; None = the model's default
+    resolution: int | None = None  # image side in pixels; None = the model's native default
+    full_dtype: str = "auto"  # "full" precision dtype: auto = bfloat16 on CUDA, float32 on CPU
+    gradient_checkpointing: bool = False
+    cpu_offload: bool = False  # offload frozen parts (text encoders, VAE) between uses
+
+
+@dataclass
+class FinetuneConfig:
+    mode: str = "lora"  # lora | full
+    lora_rank: int = 32
+    lora_alpha: int = 64
+    lora_targets: list[str] = field(default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0"])
+    lr: float = 3e-4
+    weight_decay: float = 1e-4
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    grad_accum: int = 1  # micro-batches accumulated per optimizer step
+    ema_decay: float = 0.9  # EMA of trained weights used for evaluation
+
+
+@dataclass
+class QuantConfig:
+    recipe: str = "nvfp4_tiny"  # named recipe in solbench.quant.RECIPES
+    backend: str = "emulated"  # emulated | te | auto (te where the GPU runs the format, else error)
+    allow_emulated_fallback: bool = False  # with backend te/auto: fall back to emulation instead of failing
+
+
+@dataclass
+class SamplingConfig:
+    steps: int = 10  # full rollout step budget
+    shift: float | None = None  # sigma-schedule shift; None = the model's default
+    guidance: float | None = None  # CFG / distilled guidance scale; None = none
+    eval_steps: int = 10
+
+
+@dataclass
+class EvalConfig:
+    every: int = 5  # evaluate every E iterations (and at step 0 and at the end)
+    prompts: str = "shapes/eval"  # prompt set name
+    n_prompts: int | None = None  # first n prompts of the set; None = all
+    seeds_per_prompt: int = 2  # fixed eval seeds (stream "eval")
+    rewards: list[str] = field(default_factory=lambda: ["shapes_geneval", "shapes_geneval_strict"])
+    use_ema: bool = True
+    grid_prompts: int = 8  # prompts shown in the saved sample grid
+
+
+@dataclass
+class RunConfig:
+    experiment: str = "default"
+    method: str = "sol_rl"
+    method_config: dict[str, Any] = field(default_factory=dict)  # fields of the method's Config
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rewards: dict[str, float] = field(default_factory=lambda: {"shapes_geneval": 1.0})  # training reward weights
+    train_prompts: str = "shapes/train"
+    prompts_per_iter: int = 4  # prompt groups per iteration (global, across ranks)
+    iterations: int = 20
+    seed: int = 0
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint_every: int = 1  # iterations between checkpoints (resume granularity)
+    device: str = "auto"  # auto | cpu | cuda
+    world_size: int = 1  # ranks per run (torch.distributed); part of the result, so hashed
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        """Inverse of to_dict for stored spec.json files (trusted input: specs are validated earlier)."""
+        kwargs = dict(data)
+        for name, sub in (("model", ModelConfig), ("finetune", FinetuneConfig), ("quant", QuantConfig),
+                          ("sampling", SamplingConfig), ("eval", EvalConfig)):
+            if name in kwargs and isinstance(kwargs[name], dict):
+                sub_kwargs = dict(kwargs[name])
+                if name == "finetune" and "adam_betas" in sub_kwargs:
+                    sub_kwargs["adam_betas"] = tuple(sub_kwargs["adam_betas"])
+                kwargs[name] = sub(**sub_kwargs)
+        return cls(**kwargs)
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+
+    @property
+    def run_id(self) -> str:
+        """Short hash of the canonical resolved config: the run's identity and results folder."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]

@@ -1,0 +1,313 @@
+"""The rollout engine: sample candidates at a precision, score them, time every phase.
+
+Methods talk to the model only through an ``Engine``. It owns the machinery a method must not:
+seeded noise (solbench.noise), the sampler loop (solbench.sampling), the choice of network by role
+and the precision that role runs at, decoding, reward scoring, the explore-copy sync and timing
+(solbench.timing). A method names the phase its work belongs to; the engine measures it and records
+the images generated and the FLOPs spent.
+
+Roles and precision: the networks live in a mapping by role ("policy", "old", "ema", "reference",
+"explore") that is read on every call, so a role may be re-bound (or implemented lazily, e.g. the
+reference as the policy with LoRA disabled) between calls. Role "explore" runs at precision
+"explore" (the low-precision copy from solbench.quant); every other role at "full" (bf16 on GPUs,
+fp32 on CPU). Each Rollout records the precision role and the dtype actually used.
+
+Noise: the initial noise of candidate (prompt id, index) is solbench.noise.candidate_noise in stream
+``stream``; the per-step noise of stochastic samplers is keyed by the candidate (not by its initial
+noise, so DanceGRPO's group with one shared initial noise still gets independent SDE noise) in
+stream ``<stream>/sde``. A candidate therefore comes out the same on any batch size, order or rank,
+and a seed explored in FP4 regenerates exactly in full precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import Tensor, nn
+
+from solbench import sampling
+from solbench.errors import ConfigError
+from solbench.models.base import Cond, ModelAdapter, net_dtype
+from solbench.noise import candidate_noise, noise_seed, step_noise
+from solbench.sampling import SamplerSpec, StepLogProb, Trajectory
+from solbench.timing import PhaseTimer
+
+__all__ = ["Engine", "Rollout", "SamplerSpec", "StepLogProb", "Trajectory"]
+
+EXPLORE_ROLE = "explore"
+
+
+def _positions(idx: Sequence[int] | Tensor) -> Tensor:
+    """Sample positions as a long tensor from indices or a bool mask."""
+    pos = torch.as_tensor(idx)
+    if pos.dtype == torch.bool:
+        pos = pos.nonzero().flatten()
+    return pos.long().reshape(-1)
+
+
+def precision_of(role: str) -> str:
+    """The precision role a network role runs at."""
+    return "explore" if role == EXPLORE_ROLE else "full"
+
+
+@dataclass
+class Rollout:
+    """B generated samples and everything needed to score, select, regenerate and train on them."""
+
+    prompt_ids: list[str]
+    prompts: list[str]
+    cand_idx: list[int]
+    noise_seeds: list[int]  # seeds of the initial noise (candidates table)
+    precision: str  # "full" | "explore"
+    dtype: str  # what actually ran: "float32", "bfloat16", "nvfp4_tiny(float32)", ...
+    x0: Tensor  # final latents [B, *latent_shape], float32
+    images: Tensor  # [B, 3, H, W] float32 in [0, 1]
+    sampler: SamplerSpec  # with guidance and shift resolved
+    net: str = "policy"
+    stream: str = ""
+    trajectory: Trajectory | None = None
+    rewards: Tensor | None = None
+    reward_parts: dict[str, Tensor] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def index(self, idx: Sequence[int] | Tensor) -> "Rollout":
+        """The sub-rollout of samples ``idx`` (in that order), e.g. the K of N that Sol-RL selects."""
+        pos = _positions(idx)
+        rows = pos.tolist()
+
+        def take(t: Tensor) -> Tensor:
+            return t[pos.to(t.device)]
+
+        return replace(
+            self,
+            prompt_ids=[self.prompt_ids[i] for i in rows],
+            prompts=[self.prompts[i] for i in rows],
+            cand_idx=[self.cand_idx[i] for i in rows],
+            noise_seeds=[self.noise_seeds[i] for i in rows],
+            x0=take(self.x0),
+            images=take(self.images),
+            trajectory=None if self.trajectory is None else self.trajectory.index(pos),
+            rewards=None if self.rewards is None else take(self.rewards),
+            reward_parts={k: take(v) for k, v in self.reward_parts.items()},
+        )
+
+    @classmethod
+    def cat(cls, rollouts: Sequence["Rollout"]) -> "Rollout":
+        """Concatenate rollouts made by the same network, precision and sampler."""
+        if not rollouts:
+            raise ValueError("Rollout.cat needs at least one rollout")
+        first = rollouts[0]
+        for r in rollouts[1:]:
+            if (r.precision, r.dtype, r.sampler, r.net) != (first.precision, first.dtype, first.sampler, first.net):
+                raise ValueError(
+                    "Rollout.cat: rollouts differ in precision/dtype/sampler/net "
+                    f"({(first.precision, first.dtype, first.sampler, first.net)} vs "
+                    f"{(r.precision, r.dtype, r.sampler, r.net)})")
+
+        def cat_list(name):
+            return [item for r in rollouts for item in getattr(r, name)]
+
+        trajectories = [r.trajectory for r in rollouts]
+        rewards = [r.rewards for r in rollouts]
+        part_names = set(first.reward_parts)
+        same_parts = all(set(r.reward_parts) == part_names for r in rollouts)
+        return replace(
+            first,
+            prompt_ids=cat_list("prompt_ids"), prompts=cat_list("prompts"), cand_idx=cat_list("cand_idx"),
+            noise_seeds=cat_list("noise_seeds"),
+            x0=torch.cat([r.x0 for r in rollouts]), images=torch.cat([r.images for r in rollouts]),
+            stream=first.stream if all(r.stream == first.stream for r in rollouts) else "",
+            trajectory=None if any(t is None for t in trajectories) else Trajectory.cat(trajectories),
+            rewards=None if any(r is None for r in rewards) else torch.cat(rewards),
+            reward_parts={k: torch.cat([r.reward_parts[k] for r in rollouts]) for k in part_names} if same_parts else {},
+        )
+
+
+class Engine:
+    """Samples, scores and times rollouts for one run.
+
+    Args:
+        adapter: the model (solbench.models.build_adapter).
+        nets: networks by role; looked up on every call.
+        rewards: a callable (images, prompts) -> (total [B], {name: [B]}) (solbench.rewards.RewardSet).
+        timer: the run's PhaseTimer.
+        run_seed: the run seed all noise derives from.
+        device: where sampling runs.
+        explore_recipe: the quantization recipe of the "explore" copy (a name or an object with
+            ``.name``); recorded in the dtype label of explore rollouts.
+        micro_batch: sample at most this many candidates per network call (memory bound on real
+            models); None = the whole request at once.
+        batch_multiple: every network call is padded (with copies of its last row, dropped after)
+            to a multiple of this many rows. On CPU, sgemm returns a row's result independently of
+            the other rows only when the row count is a multiple of 4 (measured: M = 1..3 and the
+            tail of M = 10 differ in the last bit), so the default 4 on CPU makes a candidate's
+            result bit-identical whatever batch it is computed in; 1 elsewhere.
+    """
+
+    def __init__(self, adapter: ModelAdapter, nets: Mapping[str, nn.Module], rewards, timer: PhaseTimer,
+                 run_seed: int, device: torch.device | str = "cpu", explore_recipe=None,
+                 micro_batch: int | None = None, batch_multiple: int | None = None) -> None:
+        self.adapter = adapter
+        self.nets = nets
+        self.rewards = rewards
+        self.timer = timer
+        self.run_seed = int(run_seed)
+        self.device = torch.device(device)
+        self.explore_recipe = explore_recipe
+        if micro_batch is not None and micro_batch < 1:
+            raise ConfigError(f"Engine micro_batch must be >= 1, got {micro_batch}")
+        self.micro_batch = micro_batch
+        if batch_multiple is None:
+            batch_multiple = 4 if self.device.type == "cpu" else 1
+        if batch_multiple < 1:
+            raise ConfigError(f"Engine batch_multiple must be >= 1, got {batch_multiple}")
+        self.batch_multiple = batch_multiple
+
+    # -- networks and precision ----------------------------------------------------------------
+    def net(self, role: str | nn.Module) -> nn.Module:
+        """The network playing ``role`` now (a module is passed through)."""
+        if isinstance(role, nn.Module):
+            return role
+        try:
+            return self.nets[role]
+        except KeyError:
+            raise ConfigError(f"no network for role {role!r}; this run has roles {', '.join(self.nets)}") from None
+
+    def dtype_label(self, role: str | nn.Module, module: nn.Module) -> str:
+        """What a role actually computes in, as recorded in rollouts and timing rows."""
+        dtype = str(net_dtype(module)).removeprefix("torch.")
+        if role == EXPLORE_ROLE and self.explore_recipe is not None:
+            recipe = getattr(self.explore_recipe, "name", self.explore_recipe)
+            return f"{recipe}({dtype})"
+        return dtype
+
+    # -- phases ---------------------------------------------------------------------------------
+    def phase(self, name: str, **kw):
+        """Context manager timing the enclosed block as phase ``name`` (see solbench.timing)."""
+        return self.timer.phase(name, **kw)
+
+    # -- model calls ----------------------------------------------------------------------------
+    def encode(self, prompts: Sequence[str]) -> Cond:
+        return self.adapter.encode(prompts)
+
+    def velocity(self, net: str | nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None = None) -> Tensor:
+        """Velocity of a role (or module) at (x_t, t); carries gradients when the net has them.
+
+        Computed exactly as during sampling (same padding), so a stored step recomputed with the
+        rollout's network gives the rollout's velocity bit for bit.
+        """
+        return self._velocity(self.net(net), x_t, t, cond, guidance)
+
+    def _velocity(self, module: nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None) -> Tensor:
+        n = x_t.shape[0]
+        t = torch.as_tensor(t, dtype=torch.float32, device=x_t.device)
+        if t.ndim == 0:
+            t = t.expand(n)
+        pad = (-n) % self.batch_multiple
+        if pad == 0 or n == 0:
+            return self.adapter.velocity(module, x_t, t, cond, guidance)
+        last = [n - 1] * pad
+        v = self.adapter.velocity(module, torch.cat([x_t, x_t[last]]), torch.cat([t, t[last]]),
+                                  Cond.cat([cond, cond.index(last)]), guidance)
+        return v[:n]
+
+    def rollout_flops(self, n_images: int, sampler: SamplerSpec) -> float | None:
+        per_forward = self.adapter.flops_per_forward()
+        if per_forward is None:
+            return None
+        return per_forward * n_images * sampler.steps * self.adapter.forwards_per_velocity(sampler.guidance)
+
+    def sample(self, prompt_ids: Sequence[str], prompts: Sequence[str], cand_idx: Sequence[int], *,
+               net: str | nn.Module = "policy", sampler: SamplerSpec, phase: str, stream: str,
+               noise_idx: Sequence[int] | None = None, keep_trajectory: bool = False) -> Rollout:
+        """Generate one image per (prompt_ids[i], prompts[i], cand_idx[i]) with ``net``.
+
+        ``noise_idx`` (default cand_idx) picks the initial noise: DanceGRPO passes one value per
+        group to share its initial noise. Timed as ``phase`` with the precision of ``net``.
+        """
+        prompt_ids, prompts, cand_idx = list(prompt_ids), list(prompts), [int(c) for c in cand_idx]
+        noise_idx = cand_idx if noise_idx is None else [int(c) for c in noise_idx]
+        if not (len(prompt_ids) == len(prompts) == len(cand_idx) == len(noise_idx)):
+            raise ValueError(f"sample: prompt_ids ({len(prompt_ids)}), prompts ({len(prompts)}), cand_idx "
+                             f"({len(cand_idx)}) and noise_idx ({len(noise_idx)}) must have one entry per sample")
+        role = net if isinstance(net, str) else "custom"
+        module = self.net(net)
+        precision = precision_of(role)
+        spec = sampler.resolved(guidance=self.adapter.default_guidance, shift=self.adapter.default_shift)
+        n = len(prompts)
+        with self.timer.phase(phase, precision=precision, n_images=n, flops=self.rollout_flops(n, spec)):
+            latent_shape = self.adapter.latent_shape
+            x_init, seeds = candidate_noise(self.run_seed, stream, prompt_ids, noise_idx, latent_shape, device=self.device)
+            sde_seeds = ([noise_seed(self.run_seed, f"{stream}/sde", p, c) for p, c in zip(prompt_ids, cand_idx)]
+                         if spec.stochastic else [])
+            sigmas = self.adapter.sigmas(spec.steps, spec.shift)
+            chunk = self.micro_batch or max(n, 1)
+            outputs = []
+            with torch.no_grad():
+                for start in range(0, n, chunk):
+                    sl = slice(start, start + chunk)
+                    cond = self.adapter.encode(prompts[sl])
+                    chunk_seeds = sde_seeds[sl]
+                    noise = ((lambda j, s=chunk_seeds: step_noise(s, j, latent_shape, device=self.device))
+                             if spec.stochastic else None)
+                    x0, trajectory = sampling.sample(
+                        lambda x, t, c=cond: self._velocity(module, x, t, c, spec.guidance),
+                        x_init[sl], sigmas, spec, noise=noise, keep_trajectory=keep_trajectory)
+                    outputs.append((x0, trajectory, self.adapter.decode(x0)))
+        x0 = torch.cat([o[0] for o in outputs]) if outputs else x_init
+        images = torch.cat([o[2] for o in outputs]) if outputs else x_init.new_zeros((0, 3, 1, 1))
+        trajectory = None
+        if keep_trajectory and outputs:
+            trajectory = outputs[0][1] if len(outputs) == 1 else Trajectory.cat([o[1] for o in outputs])
+        return Rollout(prompt_ids=prompt_ids, prompts=prompts, cand_idx=cand_idx, noise_seeds=seeds,
+                       precision=precision, dtype=self.dtype_label(role, module), x0=x0, images=images,
+                       sampler=spec, net=role, stream=stream, trajectory=trajectory)
+
+    def score(self, rollout: Rollout, *, phase: str = "reward") -> Tensor:
+        """Score the rollout's images with the run's rewards; fills rollout.rewards/reward_parts."""
+        with self.timer.phase(phase, precision=rollout.precision, n_images=len(rollout)):
+            total, parts = self.rewards(rollout.images, rollout.prompts)
+        rollout.rewards = total
+        rollout.reward_parts = dict(parts)
+        return total
+
+    def log_prob(self, net: str | nn.Module, rollout: Rollout, step_index: int,
+                 idx: Sequence[int] | Tensor | None = None) -> StepLogProb:
+        """Log-prob, mean and std of the stored transition ``step_index`` of ``rollout`` under ``net``.
+
+        Recomputes the velocity with the rollout's guidance and schedule, so that with the rollout's
+        own network (and the same samples ``idx``, default all) it equals the rollout's log-prob
+        exactly. Gradients flow when ``net`` has them.
+        """
+        trajectory = rollout.trajectory
+        if trajectory is None:
+            raise ValueError("log_prob needs a rollout sampled with keep_trajectory=True")
+        if not rollout.sampler.stochastic:
+            raise ValueError(f"log_prob: sampler {rollout.sampler.kind} is deterministic and has no transition density")
+        steps = trajectory.ts.shape[0] - 1
+        if not 0 <= step_index < steps:
+            raise IndexError(f"step_index {step_index} out of range for a {steps}-step trajectory")
+        xs, prompts = trajectory.xs, rollout.prompts
+        if idx is not None:
+            pos = _positions(idx)
+            xs, prompts = xs[pos.to(xs.device)], [prompts[i] for i in pos.tolist()]
+        x, x_next = xs[:, step_index], xs[:, step_index + 1]
+        t = trajectory.ts[step_index].to(x.device).expand(x.shape[0])
+        v = self.velocity(net, x, t, self.encode(prompts), rollout.sampler.guidance)
+        return sampling.step_log_prob(rollout.sampler.kind, x, v, trajectory.ts, step_index, x_next,
+                                      rollout.sampler.noise_level)
+
+    def sync_explore_copy(self) -> None:
+        """Refresh the explore copy from the policy's current weights (phase "sync")."""
+        with self.timer.phase("sync", precision="explore"):
+            sync = getattr(self.nets, "sync_explore_copy", None)
+            if callable(sync):
+                sync()
+                return
+            from solbench.quant import sync_weights
+
+            sync_weights(self.net(EXPLORE_ROLE), self.net("policy"))

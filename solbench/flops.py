@@ -1,0 +1,164 @@
+"""FLOPs of one transformer forward, from the architecture config alone.
+
+Timing rows carry the FLOPs each phase spent, and the cost projections for the real models
+(FLUX.1-dev, SD3.5-Large, SANA-1.5 1.6B) need the same number without their weights. Both come from
+one method: build the diffusers transformer class from its config on the ``meta`` device (no memory,
+no compute), run one forward on meta tensors of the right shapes, and let PyTorch's own
+``FlopCounterMode`` count the matrix products (linear layers, attention, convolutions). Elementwise
+work (norms, activations, RoPE) is not counted, as in the usual 2 x MACs convention. Meta tensors
+also make attention count: on real CPU tensors the fused attention kernel is invisible to the counter.
+
+The three real models' architecture configs are kept here as data (``REAL_MODELS``), transcribed from
+the ``transformer/config.json`` of their Hugging Face repositories, with the shapes of their native
+resolution and text encoders.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from solbench.errors import ConfigError
+
+
+def count_flops(fn: Callable[..., Any], *args, **kwargs) -> int:
+    """FLOPs (2 x multiply-adds of matrix products) that ``fn(*args, **kwargs)`` executes."""
+    with FlopCounterMode(display=False) as counter:
+        fn(*args, **kwargs)
+    return int(counter.get_total_flops())
+
+
+def _meta_model(class_name: str, config: dict):
+    import diffusers
+
+    cls = getattr(diffusers, class_name)
+    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in config.items() if not k.startswith("_")}
+    with torch.device("meta"):
+        return cls(**kwargs)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_forward_flops(class_name: str, config_json: str, shape_key: tuple) -> int:
+    config = json.loads(config_json)
+    model = _meta_model(class_name, config)
+    batch = 1
+    meta = {"device": "meta"}
+    with torch.device("meta"):
+        t = torch.ones(batch, **meta)
+        if class_name == "FluxTransformer2DModel":
+            image_tokens, text_tokens = shape_key
+            inputs = dict(
+                hidden_states=torch.zeros(batch, image_tokens, config.get("in_channels", 64), **meta),
+                encoder_hidden_states=torch.zeros(batch, text_tokens, config.get("joint_attention_dim", 4096), **meta),
+                pooled_projections=torch.zeros(batch, config.get("pooled_projection_dim", 768), **meta),
+                timestep=t,
+                img_ids=torch.zeros(image_tokens, 3, **meta),
+                txt_ids=torch.zeros(text_tokens, 3, **meta),
+            )
+            if config.get("guidance_embeds", False):
+                inputs["guidance"] = t
+        elif class_name == "SD3Transformer2DModel":
+            (height, width), text_tokens = shape_key
+            inputs = dict(
+                hidden_states=torch.zeros(batch, config.get("in_channels", 16), height, width, **meta),
+                encoder_hidden_states=torch.zeros(batch, text_tokens, config.get("joint_attention_dim", 4096), **meta),
+                pooled_projections=torch.zeros(batch, config.get("pooled_projection_dim", 2048), **meta),
+                timestep=t,
+            )
+        elif class_name == "SanaTransformer2DModel":
+            (height, width), text_tokens = shape_key
+            inputs = dict(
+                hidden_states=torch.zeros(batch, config.get("in_channels", 32), height, width, **meta),
+                encoder_hidden_states=torch.zeros(batch, text_tokens, config.get("caption_channels", 2304), **meta),
+                encoder_attention_mask=torch.ones(batch, text_tokens, **meta),
+                timestep=t,
+            )
+            if config.get("guidance_embeds", False):
+                inputs["guidance"] = t
+        else:
+            raise ConfigError(f"no FLOP model for transformer class {class_name!r}")
+        return count_flops(model, **inputs, return_dict=False)
+
+
+def _key(config: dict) -> str:
+    return json.dumps({k: v for k, v in dict(config).items() if not k.startswith("_")}, sort_keys=True, default=list)
+
+
+def flux_forward_flops(config: dict, *, image_tokens: int, text_tokens: int) -> float:
+    """FLOPs of one FluxTransformer2DModel forward for one sample with these token counts."""
+    return float(_cached_forward_flops("FluxTransformer2DModel", _key(config), (int(image_tokens), int(text_tokens))))
+
+
+def sd3_forward_flops(config: dict, *, latent_hw: tuple[int, int], text_tokens: int) -> float:
+    """FLOPs of one SD3Transformer2DModel forward for one sample of latent size latent_hw."""
+    return float(_cached_forward_flops("SD3Transformer2DModel", _key(config), (tuple(latent_hw), int(text_tokens))))
+
+
+def sana_forward_flops(config: dict, *, latent_hw: tuple[int, int], text_tokens: int) -> float:
+    """FLOPs of one SanaTransformer2DModel forward for one sample of latent size latent_hw."""
+    return float(_cached_forward_flops("SanaTransformer2DModel", _key(config), (tuple(latent_hw), int(text_tokens))))
+
+
+@dataclass(frozen=True)
+class RealModelSpec:
+    """A real model's transformer architecture and the shapes it runs at."""
+
+    hub_id: str
+    class_name: str
+    config: dict = field(hash=False)
+    resolution: int  # native image side in pixels
+    vae_factor: int  # pixels per latent position
+    text_tokens: int  # encoder sequence length the pipeline pads to
+    pack: int = 1  # FLUX packs 2x2 latent patches into one token
+
+    def latent_hw(self, resolution: int | None = None) -> tuple[int, int]:
+        side = (resolution or self.resolution) // self.vae_factor
+        return side, side
+
+    def forward_flops(self, resolution: int | None = None) -> float:
+        """FLOPs of one transformer forward for one image at ``resolution`` (default: native)."""
+        h, w = self.latent_hw(resolution)
+        if self.class_name == "FluxTransformer2DModel":
+            return flux_forward_flops(self.config, image_tokens=(h // self.pack) * (w // self.pack),
+                                      text_tokens=self.text_tokens)
+        if self.class_name == "SD3Transformer2DModel":
+            return sd3_forward_flops(self.config, latent_hw=(h, w), text_tokens=self.text_tokens)
+        return sana_forward_flops(self.config, latent_hw=(h, w), text_tokens=self.text_tokens)
+
+    def parameters(self) -> int:
+        return sum(p.numel() for p in _meta_model(self.class_name, self.config).parameters())
+
+
+REAL_MODELS: dict[str, RealModelSpec] = {
+    "flux": RealModelSpec(
+        hub_id="black-forest-labs/FLUX.1-dev",
+        class_name="FluxTransformer2DModel",
+        config=dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
+                    num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768,
+                    guidance_embeds=True, axes_dims_rope=[16, 56, 56]),
+        resolution=1024, vae_factor=8, text_tokens=512, pack=2,
+    ),
+    "sd3": RealModelSpec(
+        hub_id="stabilityai/stable-diffusion-3.5-large",
+        class_name="SD3Transformer2DModel",
+        config=dict(sample_size=128, patch_size=2, in_channels=16, num_layers=38, attention_head_dim=64,
+                    num_attention_heads=38, joint_attention_dim=4096, caption_projection_dim=2432,
+                    pooled_projection_dim=2048, out_channels=16, pos_embed_max_size=192, qk_norm="rms_norm"),
+        resolution=1024, vae_factor=8, text_tokens=77 + 256,  # CLIP-L/G tokens + T5 tokens
+    ),
+    "sana": RealModelSpec(
+        hub_id="Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers",
+        class_name="SanaTransformer2DModel",
+        config=dict(in_channels=32, out_channels=32, num_attention_heads=70, attention_head_dim=32, num_layers=20,
+                    num_cross_attention_heads=20, cross_attention_head_dim=112, cross_attention_dim=2240,
+                    caption_channels=2304, mlp_ratio=2.5, sample_size=32, patch_size=1,
+                    norm_elementwise_affine=False, norm_eps=1e-6, qk_norm="rms_norm_across_heads"),
+        resolution=1024, vae_factor=32, text_tokens=300,  # DC-AE f32; Gemma-2 prompt length
+    ),
+}

@@ -1,0 +1,538 @@
+"""Launching the runs of a spec: in-process (``launch: local``) or as Slurm job arrays via submitit.
+
+Who writes what in ``results/<experiment>/<run_id>/``:
+
+- the launcher: spec.json, launch.json (how and where the run was submitted: executor, Slurm job id)
+  and status.json ``pending`` before anything runs;
+- the run itself (``execute_run``, in-process or inside the Slurm job): env.json, status.json
+  ``running`` -> ``done`` | ``failed`` (with the traceback) and progress.json; the run function (the
+  trainer) writes the tables and checkpoints through its RunStore and resumes from the last
+  checkpoint by itself.
+
+States are always read back from disk (``run_states``), never from in-memory futures, so ``solbench
+status`` in another shell, or after the submitting process is gone, sees the truth. A run whose
+status says pending/running but whose process or Slurm job no longer exists reads as
+``interrupted`` and is launched again (it resumes from its checkpoint).
+
+One process runs a run at a time: ``execute_run`` holds an exclusive lock on ``<run_dir>/.lock``
+(released by the OS however the process ends), so a resubmission that races a dying job waits for it.
+
+Slurm runs are submitit ``Checkpointable`` (``RunJob``): on timeout or preemption submitit calls
+``checkpoint``, which marks the run pending and requeues the same job; the requeued job resumes from
+the last checkpoint (rows written after it are dropped first by the trainer, so none is duplicated).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from solbench.config import RunConfig
+from solbench.errors import ConfigError, SolbenchError
+from solbench.results import RunStore, atomic_write_bytes, capture_env
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RUN_FN = "solbench.trainer:train_run"
+LOCK_FILE = ".lock"
+LAUNCH_FILE = "launch.json"
+TERMINAL_STATES = ("done", "failed", "interrupted")
+# squeue states of a job that still exists (everything else: it is gone or about to be)
+_SLURM_ALIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+                "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED"}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ----------------------------------------------------------------------------------------------
+# The run function and what runs inside a job
+# ----------------------------------------------------------------------------------------------
+
+def resolve_run_fn(ref: str | Callable) -> Callable:
+    """A callable from ``"package.module:function"`` (or ``"path/to/file.py:function"``)."""
+    if callable(ref):
+        return ref
+    module_name, sep, attr = str(ref).partition(":")
+    if not sep or not attr:
+        raise ConfigError(f"run function {ref!r} must look like 'package.module:function'")
+    if module_name.endswith(".py"):
+        path = Path(module_name).resolve()
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"run function {ref!r}: cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault(path.stem, module)
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            raise ConfigError(f"run function {ref!r}: module {module_name!r} not found ({err})") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"run function {ref!r}: {module_name} has no attribute {attr!r}") from None
+
+
+def run_fn_ref(fn: str | Callable) -> str:
+    """The importable reference of a run function (jobs import it by name, never by pickle)."""
+    if isinstance(fn, str):
+        return fn
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or "<" in name or module == "__main__":
+        raise ConfigError(f"run function {fn!r} must be a module-level function so Slurm jobs can import it")
+    return f"{module}:{name}"
+
+
+@dataclass
+class RunTask:
+    """Everything a job needs to execute one run (small and picklable)."""
+
+    run_dir: str
+    config: dict[str, Any]
+    run_fn: str = DEFAULT_RUN_FN
+    sys_path: list[str] = field(default_factory=list)  # prepended in the job (to import test run functions)
+    lock_wait_s: float = 60.0  # how long to wait for a dying predecessor to release the run
+
+    @property
+    def run_id(self) -> str:
+        return RunConfig.from_dict(self.config).run_id
+
+
+def _rank() -> int:
+    for key in ("RANK", "SLURM_PROCID"):
+        if key in os.environ:
+            return int(os.environ[key])
+    return 0
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: str | Path, wait_s: float = 0.0) -> Iterator[bool]:
+    """Hold the run's exclusive lock for the block; yields False if it stayed taken for wait_s."""
+    path = Path(run_dir) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + wait_s
+    acquired = False
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                acquired = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
+        if acquired:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())
+        yield acquired
+    finally:
+        if acquired:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def lock_is_held(run_dir: str | Path) -> bool:
+    """True while some process (this one included) executes the run."""
+    path = Path(run_dir) / LOCK_FILE
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str, Any]:
+    """Run one run here and now, recording its status; never raises for a failing run.
+
+    Returns {"state": "done", "result": ...} or {"state": "failed", "error": ...}, or
+    {"state": "skipped"} when another live process holds the run.
+    """
+    from solbench.progress import ProgressWriter
+
+    for entry in reversed(task.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    cfg = RunConfig.from_dict(task.config)
+    store = RunStore(task.run_dir, cfg.run_id)
+    if _rank() != 0:  # other ranks of a distributed run only compute; rank 0 keeps the records
+        return {"state": "worker", "result": resolve_run_fn(task.run_fn)(cfg, store, progress=None)}
+    with run_lock(store.run_dir, wait_s=task.lock_wait_s) as acquired:
+        if not acquired:
+            log.warning("%s is being executed by another process (%s); not starting it twice",
+                        cfg.run_id, (store.run_dir / LOCK_FILE).read_text().strip())
+            return {"state": "skipped"}
+        previous = store.read_status()
+        attempt = int(previous.get("attempt", 0)) + 1
+        started = time.time()
+        if not store.has_checkpoint():
+            # Starting from nothing: rows of an earlier attempt that died before its first
+            # checkpoint would otherwise be duplicated by this one.
+            store.truncate_after(-1)
+        store.write_json("env.json", capture_env())
+        store.write_status("running", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
+                           slurm_job_id=_slurm_job_id(), started_at=_now())
+        writer = ProgressWriter(store.run_dir, iterations=cfg.iterations)
+        if progress is not None:
+            writer.add_listener(progress)
+        try:
+            run_fn = resolve_run_fn(task.run_fn)
+            result = run_fn(cfg, store, progress=writer)
+        except Exception as err:  # a crashed run is recorded and the others carry on
+            tb = traceback.format_exc()
+            store.write_status("failed", attempt=attempt, error=f"{type(err).__name__}: {err}", traceback=tb,
+                               seconds=round(time.time() - started, 3), finished_at=_now(),
+                               slurm_job_id=_slurm_job_id())
+            log.error("run %s failed: %s", cfg.run_id, err)
+            return {"state": "failed", "error": f"{type(err).__name__}: {err}"}
+        store.write_status("done", attempt=attempt, seconds=round(time.time() - started, 3), finished_at=_now(),
+                           result=_jsonable(result), slurm_job_id=_slurm_job_id())
+        return {"state": "done", "result": _jsonable(result)}
+
+
+def _slurm_job_id() -> str | None:
+    if "SLURM_ARRAY_JOB_ID" in os.environ and "SLURM_ARRAY_TASK_ID" in os.environ:
+        return f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def _jsonable(obj: Any) -> Any:
+    try:
+        return json.loads(json.dumps(obj, default=str))
+    except (TypeError, ValueError):
+        return str(obj)
+
+
+def _checkpointable_base() -> type:
+    try:
+        from submitit.helpers import Checkpointable
+    except ImportError:  # submitit is a dependency; this only keeps `import solbench.launch` light
+        return object
+    return Checkpointable
+
+
+class RunJob(_checkpointable_base()):  # type: ignore[misc]
+    """The callable a Slurm job runs: one run, requeued with its checkpoint on timeout/preemption."""
+
+    def __init__(self, task: RunTask):
+        self.task = task
+
+    def __call__(self) -> dict[str, Any]:
+        result = execute_run(self.task)
+        if result["state"] == "failed":
+            # The traceback is in status.json already; failing the job too makes sacct/squeue honest.
+            raise RuntimeError(f"run {self.task.run_id} failed: {result['error']} (see {self.task.run_dir}/status.json)")
+        return result
+
+    def checkpoint(self, *args: Any, **kwargs: Any):
+        """Called by submitit on SIGUSR2 (timeout or preemption) before it requeues this job."""
+        from submitit.helpers import DelayedSubmission
+
+        store = RunStore(self.task.run_dir, self.task.run_id)
+        step = store.latest_checkpoint()
+        store.write_status("pending", requeued_at=_now(), slurm_job_id=_slurm_job_id(),
+                           reason=f"timeout or preemption; resumes from step {step[0] if step else 0}")
+        return DelayedSubmission(self, *args, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# States as read from disk
+# ----------------------------------------------------------------------------------------------
+
+def read_launch(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / LAUNCH_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def slurm_available() -> bool:
+    return shutil.which("squeue") is not None
+
+
+def active_slurm_jobs(job_ids: Sequence[str]) -> set[str] | None:
+    """The subset of job ids (``123`` or ``123_4``) that Slurm still holds; None if Slurm can't be asked."""
+    if not job_ids:
+        return set()
+    if not slurm_available():
+        return None
+    array_parents = sorted({j.split("_")[0] for j in job_ids})
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T", "-j", ",".join(array_parents)],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        # squeue fails for ids it no longer knows at all: then none of them is alive.
+        if "Invalid job id" in out.stderr:
+            return set()
+        return None
+    alive = set()
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] in _SLURM_ALIVE:
+            alive.add(parts[0])
+    return {j for j in job_ids if j in alive}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_states(run_dirs: dict[str, Path]) -> dict[str, tuple[str, dict]]:
+    """run_id -> (effective state, status dict) for every run, asking Slurm once for all jobs.
+
+    The effective state is the stored one, except that pending/running runs whose process or job
+    is gone read as ``interrupted``.
+    """
+    statuses: dict[str, dict] = {}
+    jobs: dict[str, str] = {}
+    for run_id, run_dir in run_dirs.items():
+        status = RunStore(run_dir, run_id).read_status()
+        statuses[run_id] = status
+        if status["state"] in ("pending", "running"):
+            job = status.get("slurm_job_id") or read_launch(run_dir).get("job_id")
+            if job:
+                jobs[run_id] = str(job)
+    alive_jobs = active_slurm_jobs(sorted(set(jobs.values()))) if jobs else set()
+    here = socket.gethostname()
+    result = {}
+    for run_id, status in statuses.items():
+        state = status["state"]
+        run_dir = run_dirs[run_id]
+        if state in ("pending", "running"):
+            alive = None
+            if lock_is_held(run_dir):
+                alive = True
+            elif state == "running" and status.get("host") == here:
+                alive = False  # the lock dies with its process: nobody here runs it any more
+            elif run_id in jobs and alive_jobs is not None:
+                alive = jobs[run_id] in alive_jobs
+            elif state == "pending" and status.get("launcher_host") == here and status.get("launcher_pid"):
+                alive = _pid_alive(int(status["launcher_pid"]))
+            if alive is False:
+                state = "interrupted"
+        result[run_id] = (state, status)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class LaunchPlan:
+    """What ``launch_spec`` decided per run: launch it, or why not."""
+
+    to_launch: list[Any]  # PlannedRun
+    skipped: dict[str, str]  # run_id -> reason (done, running, ...)
+    states: dict[str, str]  # run_id -> state before launching
+
+
+def plan_runs(spec, results_root: Path, *, force: bool = False, only: Sequence[str] | None = None) -> LaunchPlan:
+    """Decide which runs to launch: everything not done (and not alive), or everything with force."""
+    runs = [r for r in spec.runs if not only or r.run_id in only or any(r.run_id.startswith(o) for o in only)]
+    run_dirs = {r.run_id: spec.run_dir(results_root, r.run_id) for r in runs}
+    states = run_states(run_dirs)
+    to_launch, skipped = [], {}
+    for run in runs:
+        state, _ = states[run.run_id]
+        if state in ("pending", "running"):
+            skipped[run.run_id] = f"already {state}"
+        elif state == "done" and not force:
+            skipped[run.run_id] = "done"
+        else:
+            to_launch.append(run)
+    return LaunchPlan(to_launch, skipped, {rid: s for rid, (s, _) in states.items()})
+
+
+def preflight(spec, runs: Sequence[Any]) -> None:
+    """Checks that need the launching machine: prompt files given as paths exist."""
+    from solbench.spec import is_prompt_path
+
+    missing = []
+    for run in runs:
+        for key, name in (("train_prompts", run.config.train_prompts), ("eval.prompts", run.config.eval.prompts)):
+            if is_prompt_path(name) and not Path(name).expanduser().exists():
+                missing.append(f"{key}: {name}")
+    if missing:
+        raise ConfigError(f"{spec.path}: prompt files not found: {', '.join(sorted(set(missing)))} "
+                          "(see experiments/README.md, 'Prompt sets')")
+
+
+def prepare_run(run, run_dir: Path, *, force: bool) -> RunStore:
+    """Write spec.json and the pending status of a run about to launch (--force starts it afresh)."""
+    store = RunStore(run_dir, run.run_id)
+    if force:
+        store.clear()
+    store.write_json("spec.json", run.config.to_dict())
+    store.write_status("pending", submitted_at=_now(), launcher_host=socket.gethostname(),
+                       launcher_pid=os.getpid())
+    return store
+
+
+@dataclass
+class Submission:
+    """Result of launching: per run the final state (local) or the Slurm job id."""
+
+    executor: str
+    states: dict[str, str] = field(default_factory=dict)  # local: run_id -> done | failed
+    job_ids: dict[str, str] = field(default_factory=dict)  # slurm: run_id -> job id
+
+
+def launch_local(spec, runs: Sequence[Any], results_root: Path, *, run_fn: str | Callable = DEFAULT_RUN_FN,
+                 force: bool = False, display=None, sys_path: Sequence[str] = ()) -> Submission:
+    """Run every run in this process, one after another; a failing run does not stop the others."""
+    ref = run_fn_ref(run_fn)
+    stores = [prepare_run(run, spec.run_dir(results_root, run.run_id), force=force) for run in runs]
+    submission = Submission("local")
+    for run, store in zip(runs, stores):
+        task = RunTask(str(store.run_dir), run.config.to_dict(), ref, list(sys_path))
+        tick = (lambda *a, **k: display.tick()) if display is not None else None
+        outcome = execute_run(task, progress=tick)
+        submission.states[run.run_id] = outcome["state"]
+        if display is not None:
+            display.tick(force=True)
+    return submission
+
+
+def slurm_executor(folder: Path, profile, *, name: str):
+    """A submitit executor configured from a launch profile."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm", slurm_max_num_timeout=profile.max_requeues)
+    params: dict[str, Any] = dict(
+        name=name,
+        timeout_min=profile.timeout_min,
+        nodes=profile.nodes,
+        tasks_per_node=profile.tasks_per_node,
+        cpus_per_task=profile.cpus_per_task,
+        slurm_array_parallelism=profile.array_parallelism,
+    )
+    if profile.gpus_per_node:
+        params["gpus_per_node"] = profile.gpus_per_node
+    if profile.mem_gb is not None:
+        params["mem_gb"] = profile.mem_gb
+    if profile.partition:
+        params["slurm_partition"] = profile.partition
+    additional = dict(profile.slurm_additional_parameters)
+    for key in ("account", "qos", "constraint"):
+        if getattr(profile, key):
+            additional[key] = getattr(profile, key)
+    if additional:
+        params["slurm_additional_parameters"] = additional
+    setup = list(profile.setup) + [f"export {k}={json.dumps(v)}" for k, v in profile.env.items()]
+    if setup:
+        params["slurm_setup"] = setup
+    executor.update_parameters(**params)
+    return executor
+
+
+def launch_slurm(spec, runs: Sequence[Any], results_root: Path, profile, *, run_fn: str | Callable = DEFAULT_RUN_FN,
+                 force: bool = False, sys_path: Sequence[str] = ()) -> Submission:
+    """Submit the runs as one Slurm job array (executor.batch()); returns once submitted."""
+    ref = run_fn_ref(run_fn)
+    experiment_dir = Path(results_root) / spec.name
+    executor = slurm_executor(experiment_dir / ".submitit", profile, name=f"solbench-{spec.name}")
+    stores = [prepare_run(run, spec.run_dir(results_root, run.run_id), force=force) for run in runs]
+    jobs = []
+    try:
+        with executor.batch():
+            for run, store in zip(runs, stores):
+                task = RunTask(str(store.run_dir.resolve()), run.config.to_dict(), ref, list(sys_path))
+                jobs.append(executor.submit(RunJob(task)))
+    except Exception as err:
+        for store in stores:
+            store.write_status("failed", error=f"submission failed: {err}", traceback=traceback.format_exc())
+        raise SolbenchError(f"Slurm submission failed: {err}") from err
+    submission = Submission("slurm")
+    for run, store, job in zip(runs, stores, jobs):
+        submission.job_ids[run.run_id] = job.job_id
+        record = {"executor": "slurm", "job_id": job.job_id, "submitted_at": _now(),
+                  "submitit_folder": str(experiment_dir / ".submitit"), "partition": profile.partition}
+        history = read_launch(store.run_dir).get("history", [])
+        record["history"] = history + [{k: record[k] for k in ("job_id", "submitted_at")}]
+        atomic_write_bytes(store.run_dir / LAUNCH_FILE, (json.dumps(record, indent=2) + "\n").encode())
+    return submission
+
+
+def wait_for_runs(run_dirs: dict[str, Path], *, poll_s: float = 2.0, timeout_s: float | None = None,
+                  display=None) -> dict[str, str]:
+    """Block until every run is done, failed or interrupted (read from disk); returns the states."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        states = {rid: s for rid, (s, _) in run_states(run_dirs).items()}
+        if display is not None:
+            display.tick()
+        if all(s in TERMINAL_STATES for s in states.values()):
+            return states
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"runs still active after {timeout_s} s: "
+                               f"{sorted(r for r, s in states.items() if s not in TERMINAL_STATES)}")
+        time.sleep(poll_s)
+
+
+@dataclass
+class LaunchResult:
+    plan: LaunchPlan
+    submission: Submission | None
+    profile_path: str
+    executor: str
+
+
+def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str | None = None,
+                run_fn: str | Callable = DEFAULT_RUN_FN, force: bool = False, only: Sequence[str] | None = None,
+                display=None, sys_path: Sequence[str] = ()) -> LaunchResult:
+    """Launch every run of ``spec`` that is not done (all of them with ``force``)."""
+    from solbench.spec import load_profile
+
+    results_root = Path(results_root)
+    profile_path, profile = load_profile(profile_name or spec.launch, spec.path)
+    plan = plan_runs(spec, results_root, force=force, only=only)
+    if not plan.to_launch:
+        return LaunchResult(plan, None, profile_path, profile.executor)
+    preflight(spec, plan.to_launch)
+    if profile.executor == "local":
+        submission = launch_local(spec, plan.to_launch, results_root, run_fn=run_fn, force=force, display=display,
+                                  sys_path=sys_path)
+    else:
+        submission = launch_slurm(spec, plan.to_launch, results_root, profile, run_fn=run_fn, force=force,
+                                  sys_path=sys_path)
+    return LaunchResult(plan, submission, profile_path, profile.executor)
+
+
+def spec_run_dirs(spec, results_root: str | Path) -> dict[str, Path]:
+    return {run.run_id: spec.run_dir(results_root, run.run_id) for run in spec.runs}

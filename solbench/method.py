@@ -1,0 +1,351 @@
+"""The Method interface and the method registry.
+
+A method is the maths of one RL algorithm: how it gathers its training batch through the engine and
+what loss it minimises. Everything else (timing, seeding, weights, quantization, files, the optimizer,
+gradient clipping and accumulation, EMA, NaN checks, checkpoints, result rows) belongs to the harness.
+
+One iteration, as the trainer (solbench/trainer.py) drives it::
+
+    it = Iteration(step, stream=f"train/{step}", generator=<seeded from run seed and step>)
+    batch = method.collect(engine, prompt_ids, prompts, it)   # engine.sample / engine.score / engine.phase only
+    for chunk in method.chunks(batch, it):                    # micro-batches x trained timesteps
+        loss, logs = method.loss(engine, chunk)               # trainer: NaN check, backward(loss * chunk.weight)
+        ...                                                   # trainer: accumulate, clip, optimizer step, EMA
+    method.after_update(nets, step)                           # e.g. the old-policy EMA (math only)
+    # trainer: engine.sync_explore_copy() when "explore" in method.nets
+
+A method declares:
+
+- ``name``: the registry key.
+- ``Config``: a dataclass whose defaults are its paper's values, each field with
+  ``metadata={"help": "..."}`` (one line). ``RunConfig.method_config`` holds overrides by field name,
+  checked by :func:`validate_method_config`.
+- ``axes``: the names of Config fields an experiment spec may vary (e.g. ``("n", "k")``).
+- ``nets``: the network roles it needs beyond ``"policy"``: any of ``"old"``, ``"reference"``,
+  ``"explore"`` (``"ema"`` always exists, for evaluation).
+- ``rollout_net``: the role its training samples come from (DiffusionNFT samples with the old
+  policy); the explore copy, when used, mirrors this role.
+
+Randomness inside a method (timestep subsets, fresh noise for losses, random selection) comes only
+from ``it.generator``, which the harness seeds from (run seed, step), so runs are reproducible and
+resume exactly. Rollout noise comes from the engine (solbench.noise), keyed by prompt and candidate.
+
+Registration: built-in methods are the modules of ``solbench.methods`` (methods/ at the repository
+root); outside packages add theirs through the entry-point group ``solbench.methods``
+(``name = "package.module:MethodClass"``). Unknown names fail with close-match suggestions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import pkgutil
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, ClassVar
+
+import torch
+
+from solbench.errors import ConfigError
+
+ENTRY_POINT_GROUP = "solbench.methods"
+NET_ROLES = frozenset({"old", "reference", "explore"})
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a method may know about its run (no I/O handles, no weights)."""
+
+    prompts_per_iter: int  # prompt groups per iteration
+    steps: int  # full rollout step budget
+    shift: float | None = None  # sigma-schedule shift; None = the model's default
+    guidance: float | None = None  # CFG / distilled guidance scale for rollouts
+    finetune_mode: str = "lora"  # lora | full
+    world_size: int = 1
+
+
+@dataclass
+class Iteration:
+    """One training iteration as a method sees it."""
+
+    step: int  # 1-based iteration index
+    stream: str  # noise stream of this iteration's rollouts ("train/<step>")
+    generator: torch.Generator  # the method's only source of randomness
+
+
+@dataclass
+class Candidate:
+    """One generated sample, one row of the candidates table (the trainer adds run_id and step)."""
+
+    prompt_id: str
+    cand_idx: int
+    noise_seed: int
+    precision: str  # "full" | "explore"
+    reward: float
+    selected: bool
+
+    def row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Batch:
+    """What ``collect`` gathered: the training data plus what the harness records about it."""
+
+    data: dict[str, Any]  # method-specific training tensors (read only by the method's chunks/loss)
+    candidates: list[Candidate]  # every sample generated this iteration
+    n_images: int  # images generated for training this iteration (all precisions)
+    logs: dict[str, float] = field(default_factory=dict)  # "reward", "reward_all", method extras
+
+
+@dataclass
+class Chunk:
+    """One forward/backward unit: a micro-batch at one (or a set of) trained timestep(s).
+
+    The trainer backpropagates ``loss * weight``; the weights of one micro-batch sum to 1, so a
+    micro-batch contributes its mean loss. An optimizer step follows every ``grad_accum``
+    micro-batches and the last one of the iteration.
+    """
+
+    data: dict[str, Any]
+    micro_batch: int  # index of its micro-batch within the iteration
+    n_micro_batches: int  # micro-batches in this iteration
+    weight: float  # share of its micro-batch's loss
+
+
+class Method:
+    """Base class of all methods. Subclasses set the class attributes and implement the four hooks."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+    axes: ClassVar[tuple[str, ...]] = ()
+    nets: ClassVar[frozenset[str]] = frozenset()
+    rollout_net: ClassVar[str] = "policy"
+
+    def __init__(self, config: Any, run: RunInfo) -> None:
+        self.config = config
+        self.run = run
+
+    def collect(self, engine, prompt_ids: Sequence[str], prompts: Sequence[str], it: Iteration) -> Batch:
+        """Sample and score the iteration's training batch (through the engine only)."""
+        raise NotImplementedError
+
+    def chunks(self, batch: Batch, it: Iteration) -> Iterator[Chunk]:
+        """Split the batch into micro-batches x trained timesteps, drawing randomness from it.generator."""
+        raise NotImplementedError
+
+    def loss(self, engine, chunk: Chunk) -> tuple[torch.Tensor, dict[str, float]]:
+        """The scalar loss of one chunk (differentiable in the policy) and scalar logs."""
+        raise NotImplementedError
+
+    def after_update(self, nets, step: int) -> None:
+        """Called once per iteration after the optimizer steps (e.g. the old-policy EMA)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Method state beyond the networks (checkpointed by the harness)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state:
+            raise ValueError(f"method {self.name!r} holds no state but the checkpoint has {sorted(state)}")
+
+
+def help_field(default: Any, help: str, **kwargs) -> Any:
+    """A dataclass field with its one-line help text (``field(default=..., metadata={"help": ...})``)."""
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs)
+    return field(default=default, metadata={"help": help}, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Registry
+# ----------------------------------------------------------------------------------------------
+
+_registry: dict[str, type[Method]] = {}
+_loaded = False
+
+
+def register(cls: type[Method]) -> type[Method]:
+    """Class decorator for built-in methods; also usable by outside code before the first lookup."""
+    _check_method_class(cls, where=f"{cls.__module__}.{cls.__qualname__}")
+    existing = _registry.get(cls.name)
+    if existing is not None and existing is not cls:
+        raise ConfigError(f"method name {cls.name!r} registered twice: {_where(existing)} and {_where(cls)}")
+    _registry[cls.name] = cls
+    return cls
+
+
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_method_class(cls: Any, where: str) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise ConfigError(f"{where} is not a solbench.method.Method subclass")
+    for attr in ("name", "Config"):
+        if not hasattr(cls, attr):
+            raise ConfigError(f"method class {where} does not define {attr!r}")
+    if not dataclasses.is_dataclass(cls.Config):
+        raise ConfigError(f"{where}.Config must be a dataclass")
+    field_names = {f.name for f in dataclasses.fields(cls.Config)}
+    unknown_axes = [a for a in cls.axes if a not in field_names]
+    if unknown_axes:
+        raise ConfigError(f"{where}.axes names {unknown_axes} that are not fields of its Config")
+    unknown_roles = set(cls.nets) - NET_ROLES
+    if unknown_roles:
+        raise ConfigError(f"{where}.nets has unknown roles {sorted(unknown_roles)}; roles are {sorted(NET_ROLES)}")
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    import solbench.methods as builtin
+
+    for info in pkgutil.iter_modules(builtin.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{builtin.__name__}.{info.name}")  # modules register on import
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _registry and _where(_registry[ep.name]) == ep.value.replace(":", "."):
+            continue
+        try:
+            cls = ep.load()
+        except Exception as exc:  # an outside package's bug must name the package
+            raise ConfigError(f"could not load method {ep.name!r} from entry point {ep.value!r}: {exc}") from exc
+        if getattr(cls, "name", None) != ep.name:
+            raise ConfigError(f"entry point {ep.name!r} -> {ep.value!r} loads a method named {getattr(cls, 'name', None)!r}")
+        register(cls)
+    _loaded = True
+
+
+def method_names() -> list[str]:
+    """Names of every registered method, sorted."""
+    _load_all()
+    return sorted(_registry)
+
+
+def get_method(name: str) -> type[Method]:
+    """The Method class registered under ``name``; unknown names fail with close matches."""
+    _load_all()
+    try:
+        return _registry[name]
+    except KeyError:
+        close = difflib.get_close_matches(str(name), list(_registry), n=3)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise ConfigError(f"unknown method {name!r}{hint} (methods: {', '.join(sorted(_registry))})") from None
+
+
+def config_help(name: str) -> dict[str, str]:
+    """Field name -> one-line help of a method's Config."""
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(get_method(name).Config)}
+
+
+def validate_method_config(name: str, values: Mapping[str, Any] | None, where: str = "method_config") -> Any:
+    """Build ``get_method(name).Config`` from overrides, rejecting unknown or mistyped fields."""
+    cls = get_method(name)
+    values = dict(values or {})
+    fields = {f.name: f for f in dataclasses.fields(cls.Config)}
+    unknown = [k for k in values if k not in fields]
+    if unknown:
+        messages = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            messages.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(messages)} for method {name!r}; "
+                          f"fields are {', '.join(fields)}")
+    hints = typing.get_type_hints(cls.Config)
+    converted = {}
+    for key, value in values.items():
+        converted[key] = _coerce(value, hints[key], f"{where}.{key}")
+    try:
+        config = cls.Config(**converted)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: invalid config for method {name!r}: {exc}") from exc
+    return config
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Check ``value`` against a simple type hint (int, float, bool, str, Literal, Optional, tuple, list)."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{where}: {value!r} does not match {_hint_name(hint)}")
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+        hint_text = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{where}: {value!r} is not one of {list(args)}{hint_text}")
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a {origin.__name__}, got {value!r}")
+        item_hint = args[0] if args else Any
+        items = [_coerce(v, item_hint, f"{where}[{i}]") for i, v in enumerate(value)]
+        return origin(items)
+    if hint is Any:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def _hint_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+# ----------------------------------------------------------------------------------------------
+# Small helpers shared by methods
+# ----------------------------------------------------------------------------------------------
+
+def expand_groups(prompt_ids: Sequence[str], prompts: Sequence[str], n: int) -> tuple[list[str], list[str], list[int]]:
+    """Each prompt repeated n times, with candidate indices 0..n-1: (prompt_ids, prompts, cand_idx)."""
+    ids = [pid for pid in prompt_ids for _ in range(n)]
+    texts = [text for text in prompts for _ in range(n)]
+    cand = [c for _ in prompt_ids for c in range(n)]
+    return ids, texts, cand
+
+
+def micro_batches(n: int, size: int | None) -> list[slice]:
+    """Consecutive slices of at most ``size`` samples covering range(n) (one slice when size is None)."""
+    size = n if size is None else int(size)
+    if size < 1:
+        raise ValueError(f"micro-batch size must be >= 1, got {size}")
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def mean_dims(x: torch.Tensor) -> torch.Tensor:
+    """Mean over every dimension but the first (per-sample mean)."""
+    return x.mean(dim=tuple(range(1, x.ndim)))
+
+
+def broadcast_time(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """t [B] reshaped to broadcast against ``like`` [B, ...]."""
+    return t.reshape(-1, *([1] * (like.ndim - 1))).to(like.dtype)

@@ -1,0 +1,98 @@
+"""FLUX.1 adapter (FluxTransformer2DModel + CLIP-L and T5-XXL text encoders + AutoencoderKL).
+
+Latents are kept unpacked, [16, H/8, W/8] per sample (the shape the pipeline draws its noise in), and
+packed into 2x2 tokens with the pipeline's ``_pack_latents`` around every transformer call, with its
+``latent_image_ids``. FLUX.1-dev is guidance-distilled: the guidance scale is a transformer input
+(default 3.5), not classifier-free guidance; FLUX.1-schnell has no guidance input. The sigma shift is
+the pipeline's resolution-dependent mu (shift = exp(mu)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from solbench import flops
+from solbench.models.base import Cond, net_dtype
+from solbench.models.diffusers_common import DiffusersAdapter, load_pipeline
+
+DEFAULT_ID = "black-forest-labs/FLUX.1-dev"
+
+
+class FluxAdapter(DiffusersAdapter):
+    name = "flux"
+    max_sequence_length = 512
+
+    def __init__(self, pipe, *, device="cpu", full_dtype=torch.float32, resolution: int | None = None,
+                 cpu_offload: bool = False, max_sequence_length: int | None = None) -> None:
+        super().__init__(pipe, device=device, full_dtype=full_dtype, cpu_offload=cpu_offload)
+        if max_sequence_length is not None:
+            self.max_sequence_length = max_sequence_length
+        cfg = self.transformer.config
+        self.resolution = int(resolution or pipe.default_sample_size * pipe.vae_scale_factor)
+        side = 2 * (self.resolution // (pipe.vae_scale_factor * 2))
+        self.latent_shape = (cfg.in_channels // 4, side, side)
+        self.guidance_mode = "distilled" if cfg.guidance_embeds else "none"
+        self.default_guidance = 3.5 if cfg.guidance_embeds else None
+        sched = pipe.scheduler.config
+        if sched.get("use_dynamic_shifting", False):
+            from diffusers.pipelines.flux.pipeline_flux import calculate_shift
+
+            mu = calculate_shift((side // 2) ** 2, sched.get("base_image_seq_len", 256),
+                                 sched.get("max_image_seq_len", 4096), sched.get("base_shift", 0.5),
+                                 sched.get("max_shift", 1.15))
+            self.default_shift = math.exp(mu)
+        else:
+            self.default_shift = sched.get("shift", 1.0)
+        self.img_ids = pipe._prepare_latent_image_ids(1, side // 2, side // 2, self.device, torch.float32)
+
+    @classmethod
+    def from_components(cls, *, transformer, vae, text_encoder, tokenizer, text_encoder_2, tokenizer_2,
+                        scheduler=None, **kwargs) -> "FluxAdapter":
+        from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+
+        pipe = FluxPipeline(scheduler=scheduler or FlowMatchEulerDiscreteScheduler(), vae=vae,
+                            text_encoder=text_encoder, tokenizer=tokenizer, text_encoder_2=text_encoder_2,
+                            tokenizer_2=tokenizer_2, transformer=transformer)
+        return cls(pipe, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, path: str | None = None, *, device="cpu", full_dtype=torch.float32,
+                        **kwargs) -> "FluxAdapter":
+        from diffusers import FluxPipeline
+
+        pipe = load_pipeline(FluxPipeline, path or DEFAULT_ID, DEFAULT_ID, full_dtype, gated=True)
+        return cls(pipe, device=device, full_dtype=full_dtype, **kwargs)
+
+    def _encode_batch(self, prompts: list[str]) -> Cond:
+        with self._loaded(*self._text_encoders()):
+            embeds, pooled, _ = self.pipe.encode_prompt(prompt=prompts, prompt_2=None, device=self.device,
+                                                        max_sequence_length=self.max_sequence_length)
+        return Cond({"prompt_embeds": embeds.float(), "pooled_prompt_embeds": pooled.float()})
+
+    def _forward(self, net: nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None) -> Tensor:
+        dtype = net_dtype(net)
+        b, c, h, w = x_t.shape
+        embeds = cond["prompt_embeds"].to(dtype)
+        g = None
+        if self.transformer.config.guidance_embeds:
+            g = torch.full((b,), 3.5 if guidance is None else float(guidance), device=x_t.device, dtype=torch.float32)
+        out = net(
+            hidden_states=self.pipe._pack_latents(x_t.to(dtype), b, c, h, w),
+            timestep=t.to(dtype),  # the pipeline passes sigma * 1000 / 1000
+            guidance=g,
+            pooled_projections=cond["pooled_prompt_embeds"].to(dtype),
+            encoder_hidden_states=embeds,
+            txt_ids=torch.zeros(embeds.shape[1], 3, device=x_t.device, dtype=dtype),
+            img_ids=self.img_ids.to(dtype),
+            return_dict=False,
+        )[0]
+        return self.pipe._unpack_latents(out, h * self.pipe.vae_scale_factor, w * self.pipe.vae_scale_factor,
+                                         self.pipe.vae_scale_factor).float()
+
+    def flops_per_forward(self) -> float | None:
+        _, h, w = self.latent_shape
+        return flops.flux_forward_flops(dict(self.transformer.config), image_tokens=(h // 2) * (w // 2),
+                                        text_tokens=self.max_sequence_length)

@@ -1,0 +1,103 @@
+"""SANA adapter (SanaTransformer2DModel + Gemma-2 text encoder + AutoencoderDC, the 32x DC-AE).
+
+Prompts are encoded as SanaPipeline encodes them by default: with its complex human instruction
+prepended (the default of ``SanaPipeline.__call__``, read from its signature), keeping the last
+``max_sequence_length`` tokens, with the attention mask. The unconditional branch of CFG is the
+empty prompt encoded WITHOUT that instruction, as the pipeline encodes its negative prompt. The
+transformer takes the timestep in the 0..1000 scale times its ``timestep_scale``.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import Tensor, nn
+
+from solbench import flops
+from solbench.models.base import Cond, net_dtype
+from solbench.models.diffusers_common import DiffusersAdapter, load_pipeline
+
+DEFAULT_ID = "Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers"
+
+
+def _pipeline_default_instruction():
+    from diffusers import SanaPipeline
+
+    return inspect.signature(SanaPipeline.__call__).parameters["complex_human_instruction"].default
+
+
+class SanaAdapter(DiffusersAdapter):
+    name = "sana"
+    guidance_mode = "cfg"
+    default_guidance = 4.5  # SanaPipeline's default CFG
+    max_sequence_length = 300
+
+    def __init__(self, pipe, *, device="cpu", full_dtype=torch.float32, resolution: int | None = None,
+                 cpu_offload: bool = False, max_sequence_length: int | None = None,
+                 complex_human_instruction: list[str] | None | bool = True) -> None:
+        super().__init__(pipe, device=device, full_dtype=full_dtype, cpu_offload=cpu_offload)
+        if max_sequence_length is not None:
+            self.max_sequence_length = max_sequence_length
+        self.complex_human_instruction = (_pipeline_default_instruction() if complex_human_instruction is True
+                                          else complex_human_instruction or None)
+        cfg = self.transformer.config
+        self.resolution = int(resolution or cfg.sample_size * pipe.vae_scale_factor)
+        side = self.resolution // pipe.vae_scale_factor
+        self.latent_shape = (cfg.in_channels, side, side)
+        sched = pipe.scheduler.config
+        self.default_shift = sched.get("flow_shift", None) or sched.get("shift", 1.0)
+        self._uncond: Cond | None = None
+
+    @classmethod
+    def from_components(cls, *, transformer, vae, text_encoder, tokenizer, scheduler=None, **kwargs) -> "SanaAdapter":
+        from diffusers import FlowMatchEulerDiscreteScheduler, SanaPipeline
+
+        pipe = SanaPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
+                            scheduler=scheduler or FlowMatchEulerDiscreteScheduler(shift=3.0))
+        return cls(pipe, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, path: str | None = None, *, device="cpu", full_dtype=torch.float32,
+                        **kwargs) -> "SanaAdapter":
+        from diffusers import SanaPipeline
+
+        pipe = load_pipeline(SanaPipeline, path or DEFAULT_ID, DEFAULT_ID, full_dtype, gated=False)
+        return cls(pipe, device=device, full_dtype=full_dtype, **kwargs)
+
+    def _encode_batch(self, prompts: list[str]) -> Cond:
+        # encode_prompt prepends the instruction and keeps token 0 plus the last max_length - 1
+        with self._loaded(*self._text_encoders()):
+            embeds, mask, _, _ = self.pipe.encode_prompt(
+                prompts, do_classifier_free_guidance=False, device=self.device, clean_caption=False,
+                max_sequence_length=self.max_sequence_length,
+                complex_human_instruction=self.complex_human_instruction)
+        return Cond({"prompt_embeds": embeds.float(), "attention_mask": mask})
+
+    def uncond_cond(self) -> Cond:
+        """The pipeline's negative prompt: "" without the instruction and without token selection."""
+        if self._uncond is None:
+            with torch.no_grad(), self._loaded(*self._text_encoders()):
+                embeds, mask = self.pipe._get_gemma_prompt_embeds(
+                    prompt=[self.uncond_prompt], device=self.device, dtype=self.full_dtype, clean_caption=False,
+                    max_sequence_length=self.max_sequence_length, complex_human_instruction=False)
+            self._uncond = Cond({"prompt_embeds": embeds.float(), "attention_mask": mask})
+        return self._uncond
+
+    def _forward(self, net: nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None) -> Tensor:
+        dtype = net_dtype(net)
+        return net(
+            x_t.to(dtype),
+            encoder_hidden_states=cond["prompt_embeds"].to(dtype),
+            encoder_attention_mask=cond["attention_mask"],
+            timestep=t * 1000 * self.transformer.config.timestep_scale,
+            return_dict=False,
+        )[0].float()
+
+    def _decode_chunk(self, vae, latents: Tensor) -> Tensor:
+        return vae.decode((latents / vae.config.scaling_factor).to(vae.dtype), return_dict=False)[0]
+
+    def flops_per_forward(self) -> float | None:
+        _, h, w = self.latent_shape
+        return flops.sana_forward_flops(dict(self.transformer.config), latent_hw=(h, w),
+                                        text_tokens=self.max_sequence_length)

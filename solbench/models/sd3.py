@@ -1,0 +1,76 @@
+"""SD3 / SD3.5 adapter (SD3Transformer2DModel + CLIP-L, CLIP-G and T5-XXL text encoders + AutoencoderKL).
+
+Latents [16, H/8, W/8]; the transformer takes the timestep in the pipeline's 0..1000 scale.
+Classifier-free guidance against the empty prompt (encoded by the same pipeline code, as the
+pipeline encodes its default negative prompt); the sigma shift is the scheduler's static shift
+(3.0 for SD3.5).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from solbench import flops
+from solbench.models.base import Cond, net_dtype
+from solbench.models.diffusers_common import DiffusersAdapter, load_pipeline
+
+DEFAULT_ID = "stabilityai/stable-diffusion-3.5-large"
+
+
+class SD3Adapter(DiffusersAdapter):
+    name = "sd3"
+    guidance_mode = "cfg"
+    default_guidance = 4.5  # FlowGRPO's SD3.5 rollout CFG
+    max_sequence_length = 256
+
+    def __init__(self, pipe, *, device="cpu", full_dtype=torch.float32, resolution: int | None = None,
+                 cpu_offload: bool = False, max_sequence_length: int | None = None) -> None:
+        super().__init__(pipe, device=device, full_dtype=full_dtype, cpu_offload=cpu_offload)
+        if max_sequence_length is not None:
+            self.max_sequence_length = max_sequence_length
+        self.resolution = int(resolution or pipe.default_sample_size * pipe.vae_scale_factor)
+        side = self.resolution // pipe.vae_scale_factor
+        self.latent_shape = (self.transformer.config.in_channels, side, side)
+        self.default_shift = pipe.scheduler.config.get("shift", 1.0)
+
+    @classmethod
+    def from_components(cls, *, transformer, vae, text_encoder, tokenizer, text_encoder_2, tokenizer_2,
+                        text_encoder_3=None, tokenizer_3=None, scheduler=None, **kwargs) -> "SD3Adapter":
+        from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
+
+        pipe = StableDiffusion3Pipeline(
+            scheduler=scheduler or FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae, text_encoder=text_encoder,
+            tokenizer=tokenizer, text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2,
+            text_encoder_3=text_encoder_3, tokenizer_3=tokenizer_3, transformer=transformer)
+        return cls(pipe, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, path: str | None = None, *, device="cpu", full_dtype=torch.float32,
+                        **kwargs) -> "SD3Adapter":
+        from diffusers import StableDiffusion3Pipeline
+
+        pipe = load_pipeline(StableDiffusion3Pipeline, path or DEFAULT_ID, DEFAULT_ID, full_dtype, gated=True)
+        return cls(pipe, device=device, full_dtype=full_dtype, **kwargs)
+
+    def _encode_batch(self, prompts: list[str]) -> Cond:
+        with self._loaded(*self._text_encoders()):
+            embeds, _, pooled, _ = self.pipe.encode_prompt(
+                prompt=prompts, prompt_2=None, prompt_3=None, device=self.device, do_classifier_free_guidance=False,
+                max_sequence_length=self.max_sequence_length)
+        return Cond({"prompt_embeds": embeds.float(), "pooled_prompt_embeds": pooled.float()})
+
+    def _forward(self, net: nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None) -> Tensor:
+        dtype = net_dtype(net)
+        return net(
+            hidden_states=x_t.to(dtype),
+            timestep=(t * 1000).to(dtype),
+            encoder_hidden_states=cond["prompt_embeds"].to(dtype),
+            pooled_projections=cond["pooled_prompt_embeds"].to(dtype),
+            return_dict=False,
+        )[0].float()
+
+    def flops_per_forward(self) -> float | None:
+        _, h, w = self.latent_shape
+        text_tokens = self.encode([self.uncond_prompt])["prompt_embeds"].shape[1]
+        return flops.sd3_forward_flops(dict(self.transformer.config), latent_hw=(h, w), text_tokens=text_tokens)

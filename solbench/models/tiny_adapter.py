@@ -1,0 +1,50 @@
+"""Adapter for the embedded tiny model (solbench.models.tiny.TinyT2I).
+
+The tiny model works in pixel space: its "latents" are the 32x32 RGB images in [-1, 1] themselves,
+so decoding is a rescale to [0, 1]. Its text encoder is cheap, but conditioning is still cached
+per prompt like the real models'. Classifier-free guidance uses the empty prompt, on which the
+model was trained with caption dropout.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from solbench import flops
+from solbench.models.base import Cond, ModelAdapter
+
+
+class TinyAdapter(ModelAdapter):
+    name = "tiny"
+    guidance_mode = "cfg"
+    default_shift = None  # the tiny model was pretrained on uniform t: a linear schedule
+    default_guidance = None  # no CFG unless asked for
+
+    def __init__(self, model, device: torch.device | str = "cpu", full_dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.device = torch.device(device)
+        self.full_dtype = full_dtype
+        self.model = model.to(self.device)
+        self.model.text_encoder.to(torch.float32)  # frozen; its outputs are cast per network
+        self.transformer = self.model.transformer.to(full_dtype)
+        self.latent_shape = tuple(model.config.latent_shape)
+        self._flops: float | None = None
+
+    def _encode_batch(self, prompts: list[str]) -> Cond:
+        tokens, pooled = self.model.encode(prompts)
+        return Cond({"tokens": tokens.float(), "pooled": pooled.float()})
+
+    def _forward(self, net: nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None) -> Tensor:
+        return self.model.velocity(net, x_t, t, cond["tokens"], cond["pooled"])
+
+    def decode(self, latents: Tensor) -> Tensor:
+        return ((latents.float() + 1) / 2).clamp(0, 1)
+
+    def flops_per_forward(self) -> float | None:
+        """FLOPs of one transformer forward for one sample, counted once by torch's FlopCounter."""
+        if self._flops is None:
+            cfg = self.model.config
+            self._flops = flops.flux_forward_flops(
+                dict(self.transformer.config), image_tokens=cfg.tokens_per_side**2, text_tokens=cfg.max_length)
+        return self._flops

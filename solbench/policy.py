@@ -1,0 +1,258 @@
+"""PolicyNets: the networks of one run, by role.
+
+Roles (docs/architecture.md): "policy" (trained), "reference" (the starting model, for KL terms),
+"old" (a slowly following copy: DiffusionNFT's old policy, AWM's slow copy), "ema" (EMA of the
+policy, for evaluation) and "explore" (a low-precision copy of the rollout role, solbench.quant).
+
+Copies are kept light. With LoRA (peft), every role but "explore" is the same transformer: the
+policy is adapter "default", the old policy and the EMA are adapters "old" and "ema" on the same
+layers, and the reference is the model with adapters disabled. A role is a thin view module whose
+forward activates its adapter for the call, so only adapter weights are duplicated. With full
+fine-tuning, old/ema/reference are frozen deep copies.
+
+The explore copy is built from the merged weights of its source role (the rollout role: "old" for
+the DiffusionNFT family, as Sol-RL's reference syncs the old adapter) by a factory the harness
+supplies (solbench.quant.quantized_copy with the run's recipe), and ``sync_explore_copy`` refreshes
+it after every update (the engine times it as phase "sync").
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from solbench.config import FinetuneConfig
+from solbench.errors import ConfigError
+
+LORA_ADAPTERS = {"policy": "default", "old": "old", "ema": "ema"}
+ROLES = ("policy", "reference", "old", "ema", "explore")
+
+
+def _tuner_layers(model: nn.Module) -> list[nn.Module]:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+
+
+@contextmanager
+def active_adapter(model: nn.Module, adapter: str | None) -> Iterator[None]:
+    """Run ``model`` with only LoRA adapter ``adapter`` active (None: adapters off, the base model).
+
+    Restores the previous active adapter and every LoRA parameter's requires_grad on exit. Only
+    flags change, never weights, so an autograd graph built before the switch stays valid.
+    """
+    layers = _tuner_layers(model)
+    flags = [(p, p.requires_grad) for m in layers for p in m.parameters()]
+    saved = [(m, list(m.active_adapters), m.disable_adapters) for m in layers]
+    try:
+        for m in layers:
+            if adapter is None:
+                m.enable_adapters(False)
+            else:
+                m.set_adapter(adapter, inference_mode=True)
+                m.enable_adapters(True)
+        yield
+    finally:
+        for m, active, disabled in saved:
+            m.set_adapter(active)
+            m.enable_adapters(not disabled)
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+class AdapterView(nn.Module):
+    """A role of a LoRA model: the shared transformer run with one adapter active (or none).
+
+    The view owns no parameters; attribute lookups it cannot answer (``config``, ``dtype``, ...) and
+    ``parameters()`` go to the shared model, so adapters see a transformer.
+    """
+
+    def __init__(self, model: nn.Module, adapter: str | None) -> None:
+        super().__init__()
+        object.__setattr__(self, "_shared", model)  # not registered: the policy owns it
+        self.adapter = adapter
+
+    def forward(self, *args, **kwargs):
+        with active_adapter(self._shared, self.adapter):
+            return self._shared(*args, **kwargs)
+
+    def parameters(self, recurse: bool = True):
+        return self._shared.parameters(recurse)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(object.__getattribute__(self, "_shared"), name)
+
+
+class PolicyNets(Mapping):
+    """Networks by role for one run; a read-only Mapping the engine looks roles up in.
+
+    Args:
+        transformer: the adapter's denoiser (LoRA is injected in place; full mode trains it).
+        finetune: LoRA rank/alpha/targets or full fine-tuning, and the EMA decay.
+        roles: the roles needed beyond "policy" and "ema" (a method's ``nets``).
+        explore_source: the role the explore copy mirrors (a method's ``rollout_net``).
+        explore_factory: module -> its low-precision copy (e.g. solbench.quant.quantized_copy).
+        explore_sync: (explore copy, module with the new weights) -> None, refreshing the copy.
+    """
+
+    def __init__(self, transformer: nn.Module, finetune: FinetuneConfig, roles: Iterable[str] = (), *,
+                 explore_source: str = "policy",
+                 explore_factory: Callable[[nn.Module], nn.Module] | None = None,
+                 explore_sync: Callable[[nn.Module, nn.Module], None] | None = None) -> None:
+        roles = set(roles) | {"policy", "ema"}
+        unknown = roles - set(ROLES)
+        if unknown:
+            raise ConfigError(f"unknown network roles {sorted(unknown)}; roles are {', '.join(ROLES)}")
+        self.mode = finetune.mode
+        self.ema_decay = finetune.ema_decay
+        self.ema_updates = 0
+        self.roles = roles
+        self.explore_source = explore_source
+        self._explore_sync = explore_sync
+        self._nets: dict[str, nn.Module] = {}
+        # an unmodified copy to merge weights into for the explore copy
+        self._merge_target = copy.deepcopy(transformer).requires_grad_(False) if "explore" in roles else None
+
+        if finetune.mode == "lora":
+            self._build_lora(transformer, finetune)
+        elif finetune.mode == "full":
+            self._build_full(transformer)
+        else:
+            raise ConfigError(f"finetune.mode must be 'lora' or 'full', got {finetune.mode!r}")
+
+        if "explore" in roles:
+            if explore_factory is None or explore_sync is None:
+                raise ConfigError("role 'explore' needs an explore_factory and explore_sync (solbench.quant)")
+            if explore_source not in self._nets:
+                raise ConfigError(f"explore copy source role {explore_source!r} is not built (roles: {sorted(self._nets)})")
+            self._nets["explore"] = explore_factory(self._merged_module()).requires_grad_(False)
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build_lora(self, transformer: nn.Module, finetune: FinetuneConfig) -> None:
+        from peft import LoraConfig, inject_adapter_in_model
+
+        transformer.requires_grad_(False)
+        lora = LoraConfig(r=finetune.lora_rank, lora_alpha=finetune.lora_alpha,
+                          target_modules=list(finetune.lora_targets), init_lora_weights=True)
+        adapters = [LORA_ADAPTERS[r] for r in ("policy", "old", "ema") if r in self.roles]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Already found a `peft_config`")
+            for name in adapters:
+                transformer = inject_adapter_in_model(lora, transformer, adapter_name=name)
+        if not _tuner_layers(transformer):
+            raise ConfigError(f"finetune.lora_targets {finetune.lora_targets} match no layer of the transformer")
+        for m in _tuner_layers(transformer):
+            m.set_adapter("default")  # trainable, every other adapter frozen
+        self.policy = transformer
+        self._nets["policy"] = transformer
+        for role in ("old", "ema"):
+            if role in self.roles:
+                self._nets[role] = AdapterView(transformer, LORA_ADAPTERS[role])
+        if "reference" in self.roles:
+            self._nets["reference"] = AdapterView(transformer, None)
+        with torch.no_grad():  # old and ema start equal to the policy
+            for role in ("old", "ema"):
+                if role in self.roles:
+                    for dst, src in zip(self.trainable(role), self.trainable("policy"), strict=True):
+                        dst.copy_(src)
+
+    def _build_full(self, transformer: nn.Module) -> None:
+        transformer.requires_grad_(True)
+        self.policy = transformer
+        self._nets["policy"] = transformer
+        for role in ("reference", "old", "ema"):
+            if role in self.roles:
+                self._nets[role] = copy.deepcopy(transformer).requires_grad_(False)
+
+    # -- Mapping -----------------------------------------------------------------------------------
+    def __getitem__(self, role: str) -> nn.Module:
+        try:
+            return self._nets[role]
+        except KeyError:
+            raise ConfigError(f"no network for role {role!r}; this run has {', '.join(sorted(self._nets))}") from None
+
+    def __contains__(self, role: object) -> bool:
+        return role in self._nets
+
+    def __iter__(self):
+        return iter(self._nets)
+
+    def __len__(self) -> int:
+        return len(self._nets)
+
+    # -- parameters --------------------------------------------------------------------------------
+    def trainable(self, role: str = "policy") -> list[torch.Tensor]:
+        """The tensors that differ between roles, aligned across roles (LoRA: adapter weights)."""
+        if role not in ("policy", "old", "ema") or role not in self._nets:
+            raise ConfigError(f"role {role!r} has no trainable copy in this run ({', '.join(sorted(self._nets))})")
+        if self.mode == "full":
+            return list(self._nets[role].parameters())
+        adapter = LORA_ADAPTERS[role]
+        params = []
+        for m in _tuner_layers(self.policy):
+            for holder in (m.lora_A, m.lora_B):
+                params.extend(holder[adapter].parameters())
+        return params
+
+    def ema_step(self) -> None:
+        """EMA of the policy after an optimizer step, with the reference's warm-up min(decay, (1+n)/(10+n))."""
+        decay = min(self.ema_decay, (1 + self.ema_updates) / (10 + self.ema_updates))
+        with torch.no_grad():
+            for ema, p in zip(self.trainable("ema"), self.trainable("policy"), strict=True):
+                ema.lerp_(p.detach(), 1 - decay)
+        self.ema_updates += 1
+
+    # -- explore copy ---------------------------------------------------------------------------------
+    def merged_state_dict(self, role: str) -> dict[str, torch.Tensor]:
+        """The plain transformer state dict (no LoRA keys) of ``role`` with its adapter merged in."""
+        if self.mode == "full":
+            return {k: v.detach() for k, v in self._nets[role].state_dict().items()}
+        adapter = LORA_ADAPTERS[role]
+        state = {}
+        for key, value in self.policy.state_dict().items():
+            if "lora_" in key:
+                continue
+            state[key.replace(".base_layer.", ".")] = value.detach()
+        names = {m: n for n, m in self.policy.named_modules()}
+        for m in _tuner_layers(self.policy):
+            key = f"{names[m]}.weight"
+            state[key] = state[key] + m.get_delta_weight(adapter).to(state[key].dtype)
+        return state
+
+    def _merged_module(self) -> nn.Module:
+        self._merge_target.load_state_dict(self.merged_state_dict(self.explore_source))
+        return self._merge_target
+
+    def sync_explore_copy(self) -> None:
+        """Merge the source role's current weights and refresh the explore copy from them."""
+        if "explore" not in self._nets:
+            return
+        with torch.no_grad():
+            self._explore_sync(self._nets["explore"], self._merged_module())
+
+    # -- checkpointing ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"mode": self.mode, "ema_updates": self.ema_updates,
+                "trainable": {role: [t.detach().cpu().clone() for t in self.trainable(role)]
+                              for role in ("policy", "old", "ema") if role in self._nets}}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if state["mode"] != self.mode:
+            raise ConfigError(f"checkpoint was trained with finetune.mode={state['mode']!r}, this run uses {self.mode!r}")
+        with torch.no_grad():
+            for role, tensors in state["trainable"].items():
+                mine = self.trainable(role)
+                if len(mine) != len(tensors):
+                    raise ConfigError(f"checkpoint role {role!r} has {len(tensors)} tensors, this run {len(mine)}")
+                for dst, src in zip(mine, tensors):
+                    dst.copy_(src)
+        self.ema_updates = int(state["ema_updates"])
+        self.sync_explore_copy()

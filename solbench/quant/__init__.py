@@ -1,0 +1,42 @@
+"""solbench.quant: NVFP4 / MXFP4 / FP8 quantization and low-precision copies of a policy.
+
+Sol-RL ("FP4 Explore, BF16 Train") explores with an NVFP4 copy of the policy. This package
+provides the pieces:
+
+- `quantize(x, fmt, block)` -> `QuantizedTensor` (packed codes + scales, TransformerEngine's
+  arithmetic to the bit) and `QuantizedTensor.dequantize`; `fake_quantize` for both at once.
+- `QuantRecipe`, `RECIPES`, `get_recipe`: which layers run in which precision
+  ("nvfp4_flux", "nvfp4_sana", "nvfp4_tiny", "nvfp4_w4a4", ...).
+- `quantized_copy(model, recipe)`, `sync_weights(copy, model)`, `quantization_summary(copy)`.
+- `error_stats`, `layer_error_report`: relative MSE / SNR, per tensor and per layer.
+
+See docs/quantization.md.
+"""
+
+from .formats import FORMATS, NonFiniteError, QuantizedTensor, fake_quantize, quantize
+from .layers import BackendUnavailableError, QuantLinear, TELinear
+from .model import LayerQuantization, quantization_summary, quantized_copy, sync_weights
+from .recipes import RECIPES, QuantRecipe, UnknownRecipeError, get_recipe
+from .stats import LayerError, error_stats, layer_error_report
+
+__all__ = [
+    "quantize",
+    "fake_quantize",
+    "QuantizedTensor",
+    "FORMATS",
+    "NonFiniteError",
+    "QuantRecipe",
+    "get_recipe",
+    "RECIPES",
+    "UnknownRecipeError",
+    "quantized_copy",
+    "sync_weights",
+    "quantization_summary",
+    "LayerQuantization",
+    "QuantLinear",
+    "TELinear",
+    "BackendUnavailableError",
+    "error_stats",
+    "layer_error_report",
+    "LayerError",
+]

@@ -1,0 +1,285 @@
+"""Linear layers that run in a recipe's low precision: emulated (any device) or TransformerEngine.
+
+`QuantLinear` emulates a low-precision GEMM with fake quantization: its weight holds the
+quantized-then-dequantized values, computed once per `load_weight` (i.e. once per policy sync),
+and, when the recipe quantizes activations, its input is rounded through the format in 1x16
+(NVFP4) / 1x32 (MXFP4) / per-tensor (FP8) blocks on every forward before a plain F.linear.
+The numbers match what a Blackwell FP4 GEMM consumes; the speed does not (see docs).
+
+`TELinear` wraps TransformerEngine's te.Linear under its NVFP4 / FP8 recipe, the path Sol-RL
+runs on B200s. TransformerEngine cannot even be imported without CUDA, so everything about it is
+checked up front and reported by `BackendUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .formats import NonFiniteError, fake_quantize
+from .recipes import QuantRecipe
+
+__all__ = ["QuantLinear", "TELinear", "BackendUnavailableError", "te_unavailable_reason"]
+
+
+class BackendUnavailableError(RuntimeError):
+    """The requested quantization backend cannot run in this environment."""
+
+
+class _SharedInputQuantization:
+    """Remembers the last activation an emulated layer quantized, so that sibling layers fed the
+    very same tensor (q/k/v projections, FLUX's proj_mlp) reuse the result instead of redoing it.
+
+    A hit needs the same tensor object at the same in-place version and grad mode, so a reused
+    result is always bit-identical to recomputing it.
+    """
+
+    __slots__ = ("_source", "_version", "_grad", "_key", "_result")
+
+    def __init__(self) -> None:
+        self._source = None
+
+    def get(self, x: torch.Tensor, key) -> Optional[torch.Tensor]:
+        source = self._source() if self._source is not None else None
+        if (
+            source is x
+            and x._version == self._version
+            and self._key == key
+            and self._grad == torch.is_grad_enabled()
+        ):
+            return self._result
+        return None
+
+    def put(self, x: torch.Tensor, key, result: torch.Tensor) -> None:
+        self._source = weakref.ref(x)
+        self._version = x._version
+        self._grad = torch.is_grad_enabled()
+        self._key = key
+        self._result = result
+
+
+class QuantLinear(nn.Module):
+    """Drop-in nn.Linear replacement that emulates the recipe's precision with fake quantization.
+
+    `weight` holds dequantized low-precision values (in the dtype of the layer it replaces) and is
+    not trainable; call `load_weight` to re-quantize from new full-precision weights.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool,
+        recipe: QuantRecipe,
+        *,
+        name: str = "",
+        dtype: Optional[torch.dtype] = None,
+        device=None,
+        shared_inputs: Optional[_SharedInputQuantization] = None,
+    ) -> None:
+        super().__init__()
+        if recipe.backend != "emulated":
+            raise ValueError(f"QuantLinear emulates precision; recipe {recipe.name!r} asks for backend {recipe.backend!r}")
+        self.in_features = in_features
+        self.out_features = out_features
+        self.recipe = recipe
+        self.name = name
+        self.weight = nn.Parameter(
+            torch.zeros(out_features, in_features, dtype=dtype, device=device), requires_grad=False
+        )
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device), requires_grad=False)
+        else:
+            self.register_parameter("bias", None)
+        self._shared_inputs = shared_inputs
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        recipe: QuantRecipe,
+        *,
+        name: str = "",
+        shared_inputs: Optional[_SharedInputQuantization] = None,
+    ) -> "QuantLinear":
+        """A QuantLinear holding the quantized weights of `linear`."""
+        layer = cls(
+            linear.in_features,
+            linear.out_features,
+            linear.bias is not None,
+            recipe,
+            name=name,
+            dtype=linear.weight.dtype,
+            device=linear.weight.device,
+            shared_inputs=shared_inputs,
+        )
+        layer.load_weight(linear.weight, linear.bias)
+        return layer
+
+    @torch.no_grad()
+    def load_weight(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
+        """Quantize full-precision `weight` (and copy `bias`) into this layer."""
+        if tuple(weight.shape) != (self.out_features, self.in_features):
+            raise ValueError(
+                f"layer {self.name!r}: weight of shape {tuple(weight.shape)} does not fit "
+                f"[out_features={self.out_features}, in_features={self.in_features}]"
+            )
+        try:
+            quantized = fake_quantize(
+                weight.detach(), self.recipe.format, self.recipe.weight_block, nonfinite=self.recipe.nonfinite
+            )
+        except NonFiniteError as exc:
+            raise NonFiniteError(f"layer {self.name!r}, weight: {exc}") from None
+        self.weight.copy_(quantized)
+        if (bias is None) != (self.bias is None):
+            raise ValueError(f"layer {self.name!r}: bias presence differs between source ({bias is not None}) and copy")
+        if bias is not None:
+            self.bias.copy_(bias.detach())
+
+    def quantize_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The input as the low-precision GEMM sees it (fake-quantized along the last dim)."""
+        key = (self.recipe.format, self.recipe.activation_block, self.recipe.nonfinite)
+        if self._shared_inputs is not None:
+            cached = self._shared_inputs.get(x, key)
+            if cached is not None:
+                return cached
+        try:
+            result = fake_quantize(x, self.recipe.format, self.recipe.activation_block, nonfinite=self.recipe.nonfinite)
+        except NonFiniteError as exc:
+            raise NonFiniteError(f"layer {self.name!r}, input activations: {exc}") from None
+        if self._shared_inputs is not None:
+            self._shared_inputs.put(x, key, result)
+        return result
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recipe.activations:
+            x = self.quantize_input(x)
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, precision={self.recipe.label!r}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# TransformerEngine backend
+# --------------------------------------------------------------------------------------------
+
+_TE_REQUIREMENTS = (
+    "backend='te' runs quantized layers as TransformerEngine te.Linear under its "
+    "NVFP4BlockScaling (nvfp4) or Float8CurrentScaling (fp8) recipe. It needs an NVIDIA "
+    "Blackwell GPU (sm_100 or newer) for NVFP4, a Hopper GPU (sm_90) or newer for FP8, and "
+    "`pip install transformer-engine[pytorch]`. Use backend='emulated' to emulate the same "
+    "precision on any device."
+)
+
+
+def te_unavailable_reason(recipe: QuantRecipe) -> Optional[str]:
+    """Why `recipe` cannot run on the TE backend here, or None if it can."""
+    if recipe.format == "mxfp4":
+        return "TransformerEngine has no MXFP4 recipe (it offers NVFP4 and FP8/MXFP8)"
+    if not recipe.activations:
+        return "te.Linear quantizes inputs and weights together; it has no weight-only mode"
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible"
+    major, minor = torch.cuda.get_device_capability()
+    needed = (10, 0) if recipe.format == "nvfp4" else (9, 0)
+    if (major, minor) < needed:
+        return f"the GPU is sm_{major}{minor}; {recipe.format} needs sm_{needed[0]}{needed[1]} or newer"
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+        import transformer_engine.common.recipe  # noqa: F401
+    except Exception as exc:  # the PyPI meta wheel raises on import without CUDA/cuDNN
+        return f"transformer_engine.pytorch cannot be imported ({type(exc).__name__}: {exc})"
+    return None
+
+
+def _require_te(recipe: QuantRecipe):
+    reason = te_unavailable_reason(recipe)
+    if reason is not None:
+        raise BackendUnavailableError(f"recipe {recipe.name!r}: {reason}. {_TE_REQUIREMENTS}")
+    import transformer_engine.pytorch as te
+    from transformer_engine.common import recipe as te_recipes
+
+    if recipe.format == "nvfp4":
+        quant_recipe = te_recipes.NVFP4BlockScaling()
+    else:
+        quant_recipe = te_recipes.Float8CurrentScaling(fp8_format=te_recipes.Format.E4M3)
+    return te, quant_recipe
+
+
+class TELinear(nn.Module):
+    """te.Linear under TE's low-precision autocast: the real FP4/FP8 GEMM on Blackwell/Hopper."""
+
+    def __init__(self, linear: nn.Linear, recipe: QuantRecipe, *, name: str = "") -> None:
+        super().__init__()
+        te, self._te_recipe = _require_te(recipe)
+        if linear.in_features % 16 or linear.out_features % 16:
+            raise ValueError(
+                f"layer {name!r}: TransformerEngine needs in/out features divisible by 16, got "
+                f"{linear.in_features}x{linear.out_features}; add it to the recipe's skip list"
+            )
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.recipe = recipe
+        self.name = name
+        device = linear.weight.device if linear.weight.is_cuda else torch.device("cuda")
+        self.inner = te.Linear(
+            linear.in_features,
+            linear.out_features,
+            bias=linear.bias is not None,
+            params_dtype=linear.weight.dtype,
+            device=device,
+        )
+        # TE >= 2.8 calls it autocast(recipe=...); older releases fp8_autocast(fp8_recipe=...).
+        if hasattr(te, "autocast"):
+            self._autocast = lambda: te.autocast(enabled=True, recipe=self._te_recipe)
+        else:
+            self._autocast = lambda: te.fp8_autocast(enabled=True, fp8_recipe=self._te_recipe)
+        self.load_weight(linear.weight, linear.bias)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.inner.weight
+
+    @property
+    def bias(self) -> Optional[torch.Tensor]:
+        return self.inner.bias if self.inner.use_bias else None
+
+    @torch.no_grad()
+    def load_weight(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
+        """Copy full-precision weights in; TE quantizes them on the forward pass."""
+        if not bool(torch.isfinite(weight).all()) and self.recipe.nonfinite == "error":
+            raise NonFiniteError(f"layer {self.name!r}: weight has non-finite values")
+        self.inner.weight.copy_(weight)
+        if bias is not None:
+            self.inner.bias.copy_(bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            return self.inner(x)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, precision={self.recipe.label!r} (TransformerEngine)"
+
+
+def make_quantized_layer(
+    linear: nn.Linear,
+    recipe: QuantRecipe,
+    *,
+    name: str,
+    shared_inputs: Optional[_SharedInputQuantization],
+) -> nn.Module:
+    """The backend's replacement for `linear` (weights quantized from `linear`)."""
+    if recipe.backend == "te":
+        return TELinear(linear, recipe, name=name)
+    return QuantLinear.from_linear(linear, recipe, name=name, shared_inputs=shared_inputs)
+
+
+QUANTIZED_LAYER_TYPES: Tuple[type, ...] = (QuantLinear, TELinear)

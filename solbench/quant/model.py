@@ -1,0 +1,311 @@
+"""Low-precision copies of a policy: build once, re-quantize after every optimizer step.
+
+Sol-RL explores with an NVFP4 copy of the current policy and trains the full-precision policy;
+after each update the copy is re-quantized from the new weights (the paper's ~2% overhead).
+`quantized_copy` builds the copy (a deep copy whose selected nn.Linear layers run in the recipe's
+precision), `sync_weights` refreshes it in place from the policy, and `quantization_summary`
+says which layer ended up in which precision and why.
+
+The policy may carry peft LoRA adapters (a `PeftModel`, or adapters injected into the model):
+the copy is always a plain model under the base names, and its weights are W + scale * B @ A
+computed on the side, so the policy itself is never merged or otherwise modified.
+"""
+
+from __future__ import annotations
+
+import copy as copy_module
+import io
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+
+from .layers import QUANTIZED_LAYER_TYPES, _require_te, _SharedInputQuantization, make_quantized_layer
+from .recipes import QuantRecipe, get_recipe
+
+__all__ = [
+    "LayerQuantization",
+    "quantized_copy",
+    "sync_weights",
+    "quantization_summary",
+    "format_quantization_summary",
+]
+
+_COPY_INFO_ATTR = "_solbench_quantization"
+
+
+@dataclass(frozen=True)
+class LayerQuantization:
+    """One row of `quantization_summary`: a Linear layer of the copy and its precision."""
+
+    name: str
+    in_features: int
+    out_features: int
+    quantized: bool
+    reason: str  # the precision label if quantized, else why it was skipped
+
+
+@dataclass
+class _CopyInfo:
+    recipe: QuantRecipe
+    layers: List[LayerQuantization]
+
+
+# --------------------------------------------------------------------------------------------
+# peft support (optional dependency)
+# --------------------------------------------------------------------------------------------
+
+
+def _peft_classes():
+    try:
+        from peft import PeftModel
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:  # peft is optional: without it no model can carry adapters
+        return None, None
+    return PeftModel, BaseTunerLayer
+
+
+def _policy_root(model: nn.Module) -> nn.Module:
+    """The module whose parameter names are the base names (unwraps a peft PeftModel)."""
+    peft_model_cls, _ = _peft_classes()
+    if peft_model_cls is not None and isinstance(model, peft_model_cls):
+        return model.get_base_model()
+    return model
+
+
+def _tuner_layers(root: nn.Module) -> Dict[str, nn.Module]:
+    _, tuner_cls = _peft_classes()
+    if tuner_cls is None:
+        return {}
+    return {name: m for name, m in root.named_modules() if isinstance(m, tuner_cls)}
+
+
+@torch.no_grad()
+def _merged_adapter_weight(name: str, layer: nn.Module) -> torch.Tensor:
+    """The weight a peft LoRA layer effectively applies, W + sum(scale * B @ A), as a new tensor.
+
+    Mirrors peft's own merge (base weight += delta, adapter by adapter in active order) without
+    touching the layer.
+    """
+    if not (hasattr(layer, "lora_A") and hasattr(layer, "get_delta_weight")):
+        raise NotImplementedError(
+            f"{name}: peft layer type {type(layer).__name__} is not supported; only LoRA adapters can be merged"
+        )
+    weight = layer.get_base_layer().weight
+    merged = weight.detach().clone()
+    already_merged = list(getattr(layer, "merged_adapters", []))
+    if getattr(layer, "disable_adapters", False):
+        adapters, sign = already_merged, -1.0  # peft unmerges these before a disabled forward
+    else:
+        adapters, sign = [a for a in layer.active_adapters if a not in already_merged], 1.0
+    for adapter in adapters:
+        if adapter not in layer.lora_A:
+            continue
+        if getattr(layer, "use_dora", {}).get(adapter, False):
+            raise NotImplementedError(f"{name}: DoRA adapters ({adapter!r}) are not supported")
+        if getattr(layer, "lora_bias", {}).get(adapter, False):
+            raise NotImplementedError(f"{name}: LoRA adapters with lora_bias ({adapter!r}) are not supported")
+        delta = layer.get_delta_weight(adapter)
+        if sign > 0:
+            merged += delta
+        else:
+            merged -= delta
+    return merged
+
+
+def _effective_tensors(model: nn.Module) -> Dict[str, torch.Tensor]:
+    """Every parameter and buffer the policy computes with, under base names, LoRA merged.
+
+    Unadapted tensors are returned as they are (no copy); only adapted weights are new tensors.
+    """
+    root = _policy_root(model)
+    tuners = _tuner_layers(root)
+    prefixes = sorted(tuners, key=len, reverse=True)
+    tensors: Dict[str, torch.Tensor] = {}
+    for name, tensor in list(root.named_parameters()) + list(root.named_buffers()):
+        mapped = _base_name(name, prefixes)
+        if mapped is not None:
+            tensors[mapped] = tensor
+    for name, layer in tuners.items():
+        tensors[_join(name, "weight")] = _merged_adapter_weight(name, layer)
+    return tensors
+
+
+def _base_name(name: str, tuner_prefixes: List[str]) -> Optional[str]:
+    """Map a name inside a peft layer to the plain layer's name; None for adapter tensors."""
+    for prefix in tuner_prefixes:
+        if prefix == "" or name.startswith(prefix + "."):
+            rest = name[len(prefix) + 1 :] if prefix else name
+            if rest.startswith("base_layer."):
+                return _join(prefix, rest[len("base_layer.") :])
+            return None  # lora_A / lora_B / dropout ... belong to the adapter
+    return name
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _set_submodule(root: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = root.get_submodule(parent_name) if parent_name else root
+    setattr(parent, child, module)
+
+
+def _strip_adapters(policy_root: nn.Module, copy_root: nn.Module) -> None:
+    """Replace every peft layer in the copy by its base layer holding the merged weight."""
+    for name, layer in _tuner_layers(policy_root).items():
+        copied = copy_root.get_submodule(name)
+        base = copied.get_base_layer()
+        with torch.no_grad():
+            base.weight.copy_(_merged_adapter_weight(name, layer))
+        if name:
+            _set_submodule(copy_root, name, base)
+        else:
+            raise NotImplementedError("a peft layer at the root of the model is not supported")
+    # diffusers/transformers models record their adapters on the model; the copy has none.
+    for attribute in ("peft_config",):
+        copy_root.__dict__.pop(attribute, None)
+    if getattr(copy_root, "_hf_peft_config_loaded", False):
+        copy_root._hf_peft_config_loaded = False
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+
+def quantized_copy(
+    model: nn.Module,
+    recipe: Union[str, QuantRecipe],
+    *,
+    share_input_quantization: bool = True,
+) -> nn.Module:
+    """A deep copy of `model` whose nn.Linear layers run in `recipe`'s precision.
+
+    Args:
+        model: the policy: any nn.Module, possibly a peft `PeftModel` or a model with LoRA
+            adapters injected. It is not modified.
+        recipe: a `QuantRecipe` or a name from `RECIPES` ("nvfp4_flux", "nvfp4_tiny", ...).
+        share_input_quantization: emulated backend only. Layers fed the very same activation
+            tensor (q/k/v projections) quantize it once; results are bit-identical. Turn off
+            under torch.compile, which cannot trace the identity check.
+
+    Returns:
+        The copy, in eval mode with requires_grad False everywhere, under the base model's names
+        (no peft wrapper, adapters merged). Layers not selected by the recipe stay plain
+        nn.Linear in the original dtype. Refresh it after optimizer steps with `sync_weights`.
+    """
+    recipe = get_recipe(recipe)
+    if recipe.backend == "te":
+        _require_te(recipe)  # fail at once, even if the recipe ends up quantizing no layer
+    root = _policy_root(model)
+    copied = copy_module.deepcopy(root)
+    _strip_adapters(root, copied)
+    for parameter in copied.parameters():
+        parameter.grad = None
+    copied.requires_grad_(False)
+    shared = _SharedInputQuantization() if share_input_quantization and recipe.backend == "emulated" else None
+
+    rows: List[LayerQuantization] = []
+    for name, module in list(copied.named_modules()):
+        if not isinstance(module, nn.Linear):
+            continue
+        reason = recipe.skip_reason(name, module)
+        if reason is None and recipe.backend == "te" and (module.in_features % 16 or module.out_features % 16):
+            reason = "TransformerEngine needs in/out features divisible by 16"
+        if reason is None:
+            _set_submodule(copied, name, make_quantized_layer(module, recipe, name=name, shared_inputs=shared))
+        rows.append(
+            LayerQuantization(name, module.in_features, module.out_features, reason is None, reason or recipe.label)
+        )
+    copied.eval()
+    object.__setattr__(copied, _COPY_INFO_ATTR, _CopyInfo(recipe, rows))
+    return copied
+
+
+@torch.no_grad()
+def sync_weights(copy: nn.Module, model: nn.Module) -> None:
+    """Re-quantize `copy` in place from the current weights of `model` (the policy).
+
+    Every parameter and buffer of the copy is refreshed: quantized layers re-quantize from the
+    policy's weight (LoRA merged on the side, the policy untouched), everything else is copied.
+    The copy keeps its devices and dtypes. Raises if the two models do not line up by name and
+    shape.
+    """
+    _copy_info(copy)
+    tensors = _effective_tensors(model)
+
+    def source(name: str) -> torch.Tensor:
+        try:
+            return tensors[name]
+        except KeyError:
+            raise KeyError(
+                f"sync_weights: the policy has no parameter or buffer {name!r} for the copy's tensor of that "
+                "name; was the copy built from a different model?"
+            ) from None
+
+    quantized_prefixes: List[str] = []
+    for name, module in copy.named_modules():
+        if any(name.startswith(prefix + ".") for prefix in quantized_prefixes):
+            continue  # internals of a quantized layer (TELinear.inner) are handled by the layer
+        if isinstance(module, QUANTIZED_LAYER_TYPES):
+            quantized_prefixes.append(name)
+            bias_name = _join(name, "bias")
+            module.load_weight(source(_join(name, "weight")), tensors[bias_name] if module.bias is not None else None)
+            continue
+        for local, tensor in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
+            full = _join(name, local)
+            src = source(full)
+            if src.shape != tensor.shape:
+                raise ValueError(
+                    f"sync_weights: {full!r} has shape {tuple(src.shape)} in the policy but {tuple(tensor.shape)} in the copy"
+                )
+            tensor.copy_(src)
+
+
+def quantization_summary(copy: nn.Module, *, print_table: bool = False, file=None) -> List[LayerQuantization]:
+    """One row per nn.Linear of the original model: its name, size, and precision or skip reason.
+
+    With print_table=True the rows are also printed as a table (to `file`, default stdout).
+    """
+    rows = list(_copy_info(copy).layers)
+    if print_table:
+        print(format_quantization_summary(rows, recipe=_copy_info(copy).recipe), file=file)
+    return rows
+
+
+def format_quantization_summary(rows: Iterable[LayerQuantization], recipe: Optional[QuantRecipe] = None) -> str:
+    """Render summary rows as a fixed-width text table with a totals line."""
+    rows = list(rows)
+    headers = ("layer", "in", "out", "status", "precision / reason")
+    table = [(r.name, str(r.in_features), str(r.out_features), "quantized" if r.quantized else "skipped", r.reason) for r in rows]
+    widths = [max([len(h)] + [len(t[i]) for t in table]) for i, h in enumerate(headers)]
+    out = io.StringIO()
+    if recipe is not None:
+        out.write(f"recipe {recipe.name}: {recipe.description or recipe.label}\n")
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    out.write(line + "\n" + "-" * len(line) + "\n")
+    for t in table:
+        out.write("  ".join(c.rjust(w) if i in (1, 2) else c.ljust(w) for i, (c, w) in enumerate(zip(t, widths))) + "\n")
+    n_quantized = sum(r.quantized for r in rows)
+    params = sum(r.in_features * r.out_features for r in rows)
+    quantized_params = sum(r.in_features * r.out_features for r in rows if r.quantized)
+    share = 100.0 * quantized_params / params if params else 0.0
+    out.write(f"{n_quantized} of {len(rows)} Linear layers quantized ({share:.1f}% of Linear weights)")
+    return out.getvalue()
+
+
+def _copy_info(copy: nn.Module) -> _CopyInfo:
+    info = getattr(copy, _COPY_INFO_ATTR, None)
+    if info is None:
+        raise TypeError(
+            f"{type(copy).__name__} is not a quantized copy: build it with solbench.quant.quantized_copy(model, recipe)"
+        )
+    return info
+
+
+def quantized_layers(copy: nn.Module) -> List[Tuple[str, nn.Module]]:
+    """(name, layer) for every quantized layer of a copy."""
+    return [(n, m) for n, m in copy.named_modules() if isinstance(m, QUANTIZED_LAYER_TYPES)]

@@ -1,0 +1,210 @@
+"""Ablations (the paper's Tables 2 and 3) and the Optuna sweep heat map.
+
+Ablations: within one (model, method), the method settings that differ between done runs (explore
+steps, candidate pool N, kept K, selection mode, or any other ``method_config`` field) are the axes.
+The full table lists every setting combination with the final eval rewards (mean and t interval over
+seeds). For the one-at-a-time view of the paper's tables, each axis is plotted with the other axes
+held at their most common value (the default the ablation varies around).
+
+Sweep heat map: completed Optuna trials (``results/<experiment>/sweep/``) on an N x K grid; a cell
+shows the mean objective of its trials and the best trial's cell is marked.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from solbench.report.main_results import final_and_base
+from solbench.report.plotting import new_figure
+from solbench.report.registry import Figure, Note, Table, report_kind
+from solbench.report.stats import fmt_ci, fmt_num, mean_ci
+from solbench.report.tables import Tables, _hashable, method_display
+
+# Paper axes first, under readable names (aliases cover other spellings of the same field).
+AXIS_NAMES = {
+    "explore_steps": "explore steps", "preview_steps": "explore steps", "n": "candidates N",
+    "num_candidates": "candidates N", "k": "kept K", "num_selected": "kept K",
+    "selection": "selection mode", "selection_mode": "selection mode",
+}
+_AXIS_RANK = {name: i for i, name in enumerate(["explore_steps", "preview_steps", "n", "num_candidates", "k",
+                                                 "num_selected", "selection", "selection_mode"])}
+
+
+def _axis_label(column: str) -> str:
+    short = column.split(".")[-1]
+    return AXIS_NAMES.get(short, short)
+
+
+def _sort_values(values) -> list:
+    try:
+        return sorted(values, key=lambda v: float(v))
+    except (TypeError, ValueError):
+        return sorted(values, key=str)
+
+
+@report_kind("ablations", title="Ablations (Tables 2, 3)", order=60)
+def ablations(tables: Tables):
+    """Final reward against explore steps, N, K and selection mode (and any other varied method setting)."""
+    rewards = tables.eval_rewards()
+    done = tables.done_runs
+    if not rewards or done.empty:
+        return Note("Ablations", "No evaluated done runs.")
+    level = tables.options.ci_level
+    finals = pd.concat([final_and_base(tables, m).assign(metric=m) for m in rewards], ignore_index=True)
+    outputs = []
+    for (model, method), runs in done.groupby(["model", "method"], sort=True):
+        axes = [c for c in tables.setting_columns() if c.startswith("p_method_config.") and c in runs
+                and runs[c].map(_hashable).nunique(dropna=False) > 1]
+        if not axes:
+            continue
+        axes.sort(key=lambda c: (_AXIS_RANK.get(c.split(".")[-1], 99), c))
+        settings = runs[["run_id"] + axes].copy()
+        for c in axes:
+            settings[c] = settings[c].map(_hashable)
+        data = finals.merge(settings, on="run_id")
+        tidy, display = [], []
+        for combo, g in data.groupby(axes, sort=False, dropna=False):
+            combo = combo if isinstance(combo, tuple) else (combo,)
+            row = {_axis_label(c): v for c, v in zip(axes, combo)}
+            disp = dict(row)
+            for metric in rewards:
+                ci = mean_ci(g.loc[g["metric"] == metric, "final"].values, level)
+                row.update({f"{metric}_mean": ci.mean, f"{metric}_lo": ci.lo, f"{metric}_hi": ci.hi})
+                disp[metric] = fmt_ci(ci)
+            row["n_seeds"] = disp["seeds"] = g["seed"].nunique()
+            tidy.append(row)
+            display.append(disp)
+        order = np.lexsort([[str(r[_axis_label(c)]) if not _is_num(r[_axis_label(c)]) else f"{float(r[_axis_label(c)]):020.6f}"
+                             for r in tidy] for c in reversed(axes)])
+        tidy_df = pd.DataFrame(tidy).iloc[order].reset_index(drop=True)
+        display_df = pd.DataFrame(display).iloc[order].reset_index(drop=True)
+        for col in display_df.columns:
+            display_df[col] = display_df[col].map(lambda v: fmt_num(v, 0) if isinstance(v, float) and v.is_integer() else v)
+        name = method_display(method)
+        outputs.append(Table(f"ablations_{model}_{method}", f"Ablations of {name}, {model}", tidy_df, (
+            "Mirrors the paper's Tables 2 (explore steps) and 3 (candidate pool N at K = 24): the final eval "
+            f"rewards of every setting of {name} in these results, mean ± half-width of the {level:.0%} t interval "
+            "over seeds, at each run's last evaluation. Paper (FLUX.1, HPSv2): explore steps 2/4/6/8 -> "
+            "0.3587/0.3650/0.3686/0.3659; N 24/48/72/96 -> 0.3569/0.3622/0.3663/0.3686."), display=display_df))
+        outputs.append(_ablation_figure(model, method, name, data, axes, rewards[0], level))
+    if not outputs:
+        return Note("Ablations", "No method setting varies between the done runs of any model and method: "
+                    "these results hold no ablation.")
+    return outputs
+
+
+def _is_num(v) -> bool:
+    try:
+        float(v)
+        return not isinstance(v, bool)
+    except (TypeError, ValueError):
+        return False
+
+
+def _ablation_figure(model: str, method: str, name: str, data: pd.DataFrame, axes: list[str], metric: str, level: float) -> Figure:
+    d = data[data["metric"] == metric]
+    fig = new_figure(3.6 * len(axes), 3.2)
+    panels = fig.subplots(1, len(axes), squeeze=False)[0]
+    plotted = []
+    for ax, axis in zip(panels, axes):
+        others = [a for a in axes if a != axis]
+        sub = d
+        held = []
+        for other in others:  # hold the other axes at their most common (default) value
+            mode = d.drop_duplicates("run_id")[other].value_counts().index[0]
+            sub = sub[sub[other] == mode]
+            held.append(f"{_axis_label(other)}={mode}")
+        values = _sort_values(sub[axis].unique())
+        stats_ = [mean_ci(sub.loc[sub[axis] == v, "final"].values, level) for v in values]
+        x = np.arange(len(values))
+        means = np.array([s.mean for s in stats_])
+        err = np.array([s.half_width if math.isfinite(s.lo) else 0.0 for s in stats_])
+        numeric = all(_is_num(v) for v in values)
+        ax.errorbar(x, means, yerr=err, marker="o", capsize=3, color="#d62728", linestyle="-" if numeric else "none")
+        for xi, s in zip(x, stats_):
+            ax.annotate(f"{s.mean:.3f}", (xi, s.mean), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        ax.set_xticks(x, [str(v) for v in values], fontsize=8)
+        ax.set_xlim(-0.5, len(values) - 0.5)
+        ax.set_xlabel(_axis_label(axis) + (f"\n({', '.join(held)})" if held else ""), fontsize=8)
+        ax.set_ylabel(f"final {metric} (eval)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        plotted.append(pd.DataFrame({"axis": _axis_label(axis), "value": [str(v) for v in values], "mean": means,
+                                     "half_width": err, "n_seeds": [s.n for s in stats_]}))
+    fig.suptitle(f"{name} ablations, {model}: final {metric} (mean ± {level:.0%} t interval over seeds)", fontsize=10)
+    return Figure(f"ablations_{model}_{method}_chart", f"Ablations of {name}, {model}: one setting at a time", fig, (
+        f"Final `{metric}` against each varied setting, the other settings held at their most common value "
+        "(named under each axis), as in the paper's one-at-a-time Tables 2 and 3."), data=pd.concat(plotted, ignore_index=True))
+
+
+def _find(columns, names) -> str | None:
+    for name in names:
+        if name in columns:
+            return name
+    return None
+
+
+@report_kind("sweep_heatmap", title="Sweep (N x K heat map)", order=65)
+def sweep_heatmap(tables: Tables):
+    """Optuna sweep results on an N x K heat map with the best trial marked."""
+    trials = tables.trials
+    if trials is None or trials.empty:
+        return Note("Sweep", "No sweep in these results (results/<experiment>/sweep/ holds no trials).")
+    n_col = _find(trials.columns, ["n", "num_candidates", "method_config.n", "p_method_config.n"])
+    k_col = _find(trials.columns, ["k", "num_selected", "method_config.k", "p_method_config.k"])
+    if n_col is None or k_col is None:
+        params = [c for c in trials.columns if c not in ("number", "value", "state", "study", "direction", "datetime_start",
+                                                         "datetime_complete", "duration", "run_id")]
+        return Table("sweep_trials", "Sweep trials", trials, f"Sweep parameters {params} have no N and K axes to map; "
+                     "the trials are listed instead.")
+    maximize = tables.trials_direction != "minimize"
+    best = trials.loc[trials["value"].idxmax() if maximize else trials["value"].idxmin()]
+    cells = trials.groupby([n_col, k_col])["value"].agg(["mean", "count", "max" if maximize else "min"]).reset_index()
+    cells.columns = ["n", "k", "mean", "trials", "best"]
+    ns, ks = _sort_values(cells["n"].unique()), _sort_values(cells["k"].unique())
+    grid = np.full((len(ks), len(ns)), np.nan)
+    for _, c in cells.iterrows():
+        grid[ks.index(c["k"]), ns.index(c["n"])] = c["mean"]
+    fig = new_figure(1.6 + 1.0 * len(ns), 1.4 + 0.75 * len(ks))
+    ax = fig.subplots()
+    im = ax.imshow(np.ma.masked_invalid(grid), origin="lower", cmap="viridis" if maximize else "viridis_r", aspect="auto")
+    finite = grid[np.isfinite(grid)]
+    mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+    for (i, j), v in np.ndenumerate(grid):
+        if math.isfinite(v):
+            count = int(cells[(cells["n"] == ns[j]) & (cells["k"] == ks[i])]["trials"].iloc[0])
+            ax.text(j, i, f"{v:.3f}\n({count})", ha="center", va="center", fontsize=7,
+                    color="white" if (v < mid) == maximize else "black")
+    bi, bj = ks.index(best[k_col]), ns.index(best[n_col])
+    ax.add_patch(_rect(bj, bi))
+    ax.plot([bj], [bi + 0.32], marker="*", markersize=11, color="red")
+    ax.set_xticks(range(len(ns)), [str(v) for v in ns])
+    ax.set_yticks(range(len(ks)), [str(v) for v in ks])
+    ax.set_xlabel("candidates N")
+    ax.set_ylabel("kept K")
+    fig.colorbar(im, ax=ax, label="objective (mean of trials)")
+    number = f"#{int(best['number'])} " if "number" in best and pd.notna(best.get("number")) else ""
+    ax.set_title(f"best trial {number}N={best[n_col]}, K={best[k_col]}: {best['value']:.4f}", fontsize=9)
+    top = trials.sort_values("value", ascending=not maximize).head(10)
+    keep = [c for c in ["number", n_col, k_col, "value"] if c in top]
+    top_display = top[keep].reset_index(drop=True).astype(object)
+    for col in keep[:-1]:
+        if pd.api.types.is_numeric_dtype(top[col]) and (top[col].dropna() % 1 == 0).all():
+            top_display[col] = top[col].map(lambda v: str(int(v)) if pd.notna(v) else "-").values
+    return [
+        Figure("sweep_heatmap", "Sweep: objective on the N x K grid", fig, (
+            f"Optuna sweep ({len(trials)} completed trials, direction {tables.trials_direction}). Cell: mean objective "
+            "of the trials at that (N, K), trial count in parentheses; empty cells were not sampled. Star and box: "
+            "the best single trial."), data=cells),
+        Table("sweep_top_trials", "Sweep: best trials", top[keep].reset_index(drop=True),
+              f"The {len(top)} best completed trials by objective ({tables.trials_direction}).", display=top_display),
+    ]
+
+
+def _rect(x: int, y: int):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2)

@@ -1,0 +1,328 @@
+"""Cost projection for planning GPU time: FLOPs from architecture configs and a hardware profile.
+
+ALWAYS A PROJECTION, never a measurement: every table this module produces says so in its title and
+caption, and none is mixed with measured timings.
+
+FLOPs per transformer forward (one image), counted as 2 x multiply-adds of the matrix products, the
+convention of ``solbench.flops`` (which counts them with PyTorch's FlopCounterMode on the meta
+device). Here they are derived in closed form from the same architecture configs
+(``solbench.flops.REAL_MODELS``) so that the report can split them into
+
+- ``linear``: projections, MLPs, embedders, modulation and output layers (the layers an NVFP4
+  recipe quantizes), and
+- ``attention``: the activation-activation products Q K^T and A V (kept in BF16 by every FP4 recipe),
+
+and needs neither diffusers nor a forward pass. With d the width, L_i image tokens, L_t text
+tokens, L = L_i + L_t:
+
+- FLUX.1 (MM-DiT + single-stream DiT): each of the 19 double blocks and 38 single blocks costs
+  12 d^2 L (QKV 3 d^2, output d^2, MLP 8 d^2 per token) + 2 L^2 d (attention); plus modulation
+  (6 d^2 per stream per double block, 3 d^2 per single block, per image), embedders and output layer.
+- SD3.5-Large (MM-DiT, 38 blocks): the same per-block structure; the last block is context-pre-only
+  (no text output projection, no text MLP, a 2 d^2 modulation).
+- SANA (linear DiT, 20 blocks): linear self-attention 4 d^2 L_i + 2 L_i d (h + 1) (h the head
+  width: ReLU linear attention with the ones-padded value trick), cross-attention
+  2 d^2 L_i + 2 d^2 L_t + 2 L_i L_t d, Mix-FFN (GLU with a 3x3 depthwise conv) with hidden
+  width m = 2.5 d: 2 m d + 9 * 2 m + m d per token.
+The tests check these against ``solbench.flops`` (FlopCounterMode) to better than 0.5 %.
+
+Seconds per iteration for the paper's setting (``PaperSetting``: 48 prompt groups per iteration on
+8 GPUs, N = 96, K = 24, 10 full steps, 6 explore steps, DiffusionNFT training on 9 timesteps of each
+of the K samples) on a hardware profile with dense peaks P_bf16, P_fp8, P_fp4 and an assumed
+utilisation ``mfu`` of every peak:
+
+- naive BF16 scaling rollout:  P N T F / (G P_bf16 mfu)
+- Sol-RL rollout:  P N T_e (F_lin / P_low + F_att / P_bf16) / (G mfu) + P K T F / (G P_bf16 mfu)
+  (P_low = FP4 peak where the hardware has FP4, else FP8: Hopper explores in FP8)
+- training (both):  P K T_train (3 F + F + F) / (G P_bf16 mfu)  (policy forward + backward,
+  old-policy forward, reference forward for the KL term)
+- end to end = rollout + training. Not modelled: text encoders, VAE decoding, reward models,
+  the weight re-quantization, communication and the optimizer step. Those are why a FLOP
+  projection underestimates small models most (SANA).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from solbench.report.registry import Note, Table, report_kind
+from solbench.report.stats import fmt_num
+from solbench.report.tables import EVAL_PHASES, Tables
+
+# ---- hardware -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Dense peak throughput in PFLOP/s (no sparsity). ``fp4`` None: no native FP4 tensor cores."""
+
+    name: str
+    bf16: float
+    fp8: float
+    fp4: float | None
+    source: str
+
+    def explore_peak(self) -> tuple[float, str]:
+        return (self.fp4, "NVFP4") if self.fp4 else (self.fp8, "FP8")
+
+
+HARDWARE: dict[str, Hardware] = {
+    "B200": Hardware("B200", bf16=2.25, fp8=4.5, fp4=9.0, source="NVIDIA B200 dense peaks (shared/reference/nvfp4.md)"),
+    "H100": Hardware("H100", bf16=0.99, fp8=1.98, fp4=None, source="NVIDIA H100 SXM dense peaks; no FP4 on Hopper"),
+}
+
+
+def get_hardware(name: str) -> Hardware:
+    from solbench.errors import ConfigError
+
+    key = name.upper()
+    if key not in HARDWARE:
+        raise ConfigError(f"unknown hardware profile {name!r}; profiles: {', '.join(HARDWARE)}")
+    return HARDWARE[key]
+
+
+# ---- architectures ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForwardFlops:
+    """FLOPs of one transformer forward for one image, split by what an FP4 recipe quantizes."""
+
+    linear: float
+    attention: float
+
+    @property
+    def total(self) -> float:
+        return self.linear + self.attention
+
+
+def _flux(cfg: dict, image_tokens: int, text_tokens: int) -> ForwardFlops:
+    d = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    li, lt = image_tokens, text_tokens
+    L = li + lt
+    per_token = 12 * d * d
+    macs_lin = (cfg["num_layers"] + cfg["num_single_layers"]) * per_token * L
+    macs_lin += cfg["num_layers"] * 2 * 6 * d * d + cfg["num_single_layers"] * 3 * d * d  # modulation (per image)
+    macs_lin += cfg["in_channels"] * d * li + cfg["joint_attention_dim"] * d * lt  # x / context embedders
+    n_embeds = 3 if cfg.get("guidance_embeds") else 2  # timestep (+ guidance) + pooled text
+    macs_lin += 2 * (256 * d + d * d) + (n_embeds - 2) * (256 * d + d * d) + (cfg["pooled_projection_dim"] * d + d * d)
+    macs_lin += 2 * d * d + d * cfg["in_channels"] * li  # norm_out modulation, proj_out (out = in channels)
+    macs_att = (cfg["num_layers"] + cfg["num_single_layers"]) * 2 * L * L * d
+    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att)
+
+
+def _sd3(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlops:
+    d = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    p = cfg["patch_size"]
+    li = (latent_hw[0] // p) * (latent_hw[1] // p)
+    lt = text_tokens
+    L = li + lt
+    n = cfg["num_layers"]
+    patch_in = cfg["in_channels"] * p * p
+    macs_lin = patch_in * d * li + cfg["joint_attention_dim"] * cfg["caption_projection_dim"] * lt
+    macs_lin += (256 * d + d * d) + (cfg["pooled_projection_dim"] * d + d * d)  # timestep + pooled embed
+    # image stream, every block: modulation 6 d^2, QKV 3 d^2, out d^2, MLP 8 d^2 per token
+    macs_lin += n * (6 * d * d + 12 * d * d * li)
+    # text stream: blocks 1..n-1 as the image stream; the last block only projects QKV (context_pre_only)
+    macs_lin += (n - 1) * (6 * d * d + 12 * d * d * lt) + (2 * d * d + 3 * d * d * lt)
+    macs_lin += 2 * d * d + d * p * p * cfg["out_channels"] * li  # norm_out, proj_out
+    macs_att = n * 2 * L * L * d
+    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att)
+
+
+def _sana(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlops:
+    h = cfg["attention_head_dim"]
+    d = cfg["num_attention_heads"] * h
+    dc = cfg["num_cross_attention_heads"] * cfg["cross_attention_head_dim"]
+    p = cfg.get("patch_size", 1)
+    li = (latent_hw[0] // p) * (latent_hw[1] // p)
+    lt = text_tokens
+    m = int(cfg.get("mlp_ratio", 2.5) * d)
+    n = cfg["num_layers"]
+    macs_lin = cfg["in_channels"] * p * p * d * li  # patch embed
+    macs_lin += (cfg["caption_channels"] * d + d * d) * lt  # caption projection
+    macs_lin += (256 * d + d * d) + 6 * d * d  # timestep embedding + AdaLN-single modulation
+    per_block_lin = 4 * d * d * li  # self-attention q, k, v, out
+    per_block_lin += d * dc * li + 2 * cfg["cross_attention_dim"] * dc * lt + dc * d * li  # cross q, k, v, out
+    per_block_lin += (2 * m * d + 9 * 2 * m + m * d) * li  # Mix-FFN: 1x1 inverted, 3x3 depthwise, 1x1 point
+    macs_lin += n * per_block_lin
+    macs_lin += d * p * p * cfg["out_channels"] * li  # proj_out
+    # linear attention: (h+1) x h state per head from K, V, then applied to Q; cross-attention is softmax
+    macs_att = n * (2 * li * d * (h + 1) + 2 * li * lt * dc)
+    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att)
+
+
+def forward_flops(model: str, resolution: int | None = None) -> ForwardFlops:
+    """Closed-form FLOPs of one forward of a real model (``flux`` | ``sd3`` | ``sana``) for one image."""
+    from solbench.errors import ConfigError
+    from solbench.flops import REAL_MODELS
+
+    if model not in REAL_MODELS:
+        raise ConfigError(f"no architecture config for model {model!r}; known: {', '.join(REAL_MODELS)}")
+    spec = REAL_MODELS[model]
+    h, w = spec.latent_hw(resolution)
+    if spec.class_name == "FluxTransformer2DModel":
+        return _flux(spec.config, (h // spec.pack) * (w // spec.pack), spec.text_tokens)
+    if spec.class_name == "SD3Transformer2DModel":
+        return _sd3(spec.config, (h, w), spec.text_tokens)
+    return _sana(spec.config, (h, w), spec.text_tokens)
+
+
+# ---- the paper's Table 5 and its setting ----------------------------------------------------------
+
+#: Seconds per iteration on 8x B200, naive BF16 scaling (24-in-96) vs Sol-RL. Source: Sol-RL,
+#: "FP4 Explore, BF16 Train", arXiv 2604.06916, Table 5 (as copied in shared/reference/paper.md).
+PAPER_TABLE5 = pd.DataFrame([
+    {"model": "flux", "label": "FLUX.1", "rollout_naive": 184, "rollout_sol": 79, "e2e_naive": 274, "e2e_sol": 169},
+    {"model": "sd3", "label": "SD3.5-L", "rollout_naive": 451, "rollout_sol": 187, "e2e_naive": 691, "e2e_sol": 427},
+    {"model": "sana", "label": "SANA", "rollout_naive": 65, "rollout_sol": 46, "e2e_naive": 95, "e2e_sol": 76},
+])
+PAPER_CITATION = "Sol-RL (arXiv 2604.06916), Table 5: seconds per iteration on 8x B200"
+
+
+@dataclass(frozen=True)
+class PaperSetting:
+    """One iteration of the paper's runs (paper.md: 48 prompt groups per iteration on 8 GPUs)."""
+
+    prompts_per_iter: int = 48
+    gpus: int = 8
+    n: int = 96  # candidates per prompt (naive scaling and Sol-RL explore)
+    k: int = 24  # trained samples per prompt
+    full_steps: int = 10  # BF16 rollout steps
+    explore_steps: int = 6  # Sol-RL FP4 preview steps
+    train_timesteps: int = 9  # DiffusionNFT: int(0.99 * 10) timesteps per trained sample
+    train_forwards: float = 5.0  # policy fwd+bwd (3) + old policy (1) + reference for the KL term (1)
+    resolution: int = 512  # assumed training resolution (FlowGRPO/DiffusionNFT train at 512 px)
+
+
+def project_iteration(flops: ForwardFlops, hw: Hardware, setting: PaperSetting, mfu: float) -> dict[str, float]:
+    """Projected seconds per iteration (see the module docstring for the formulas)."""
+    if not 0 < mfu <= 1:
+        from solbench.errors import ConfigError
+
+        raise ConfigError(f"mfu must be in (0, 1], got {mfu}")
+    s = setting
+    bf16 = hw.bf16 * 1e15 * mfu * s.gpus
+    low_peak, _ = hw.explore_peak()
+    low = low_peak * 1e15 * mfu * s.gpus
+    naive_rollout = s.prompts_per_iter * s.n * s.full_steps * flops.total / bf16
+    explore = s.prompts_per_iter * s.n * s.explore_steps * (flops.linear / low + flops.attention / bf16)
+    regenerate = s.prompts_per_iter * s.k * s.full_steps * flops.total / bf16
+    train = s.prompts_per_iter * s.k * s.train_timesteps * s.train_forwards * flops.total / bf16
+    return {"rollout_naive": naive_rollout, "rollout_sol": explore + regenerate, "explore": explore,
+            "regenerate": regenerate, "train": train, "e2e_naive": naive_rollout + train,
+            "e2e_sol": explore + regenerate + train}
+
+
+def paper_projection(hardware: str = "B200", mfu: float = 0.4, setting: PaperSetting | None = None) -> pd.DataFrame:
+    """Projected Table 5 for FLUX.1, SD3.5-L and SANA beside the paper's numbers, with relative errors."""
+    hw = get_hardware(hardware)
+    setting = setting or PaperSetting()
+    rows = []
+    for _, paper in PAPER_TABLE5.iterrows():
+        f = forward_flops(paper["model"], setting.resolution)
+        proj = project_iteration(f, hw, setting, mfu)
+        row = {"model": paper["label"], "hardware": hw.name, "mfu": mfu, "resolution": setting.resolution,
+               "tflops_per_forward": f.total / 1e12, "attention_share": f.attention / f.total}
+        for key in ("rollout_naive", "rollout_sol", "e2e_naive", "e2e_sol"):
+            row[f"{key}_projected_s"] = proj[key]
+            if hw.name == "B200":
+                row[f"{key}_paper_s"] = float(paper[key])
+                row[f"{key}_rel_error"] = proj[key] / float(paper[key]) - 1.0
+        row["rollout_speedup_projected"] = proj["rollout_naive"] / proj["rollout_sol"]
+        row["e2e_speedup_projected"] = proj["e2e_naive"] / proj["e2e_sol"]
+        if hw.name == "B200":
+            row["rollout_speedup_paper"] = paper["rollout_naive"] / paper["rollout_sol"]
+            row["e2e_speedup_paper"] = paper["e2e_naive"] / paper["e2e_sol"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.0%}" if math.isfinite(x) else "-"
+
+
+@report_kind("cost_projection", title="Cost projection (PROJECTION, not measured)", order=70)
+def cost_projection(tables: Tables):
+    """Projected seconds per iteration from architecture FLOPs and a hardware profile, beside Table 5."""
+    opts = tables.options
+    hw = get_hardware(opts.hardware)
+    setting = PaperSetting()
+    outputs = []
+    for hw_name in dict.fromkeys([hw.name, "B200"]):
+        df = paper_projection(hw_name, opts.mfu, setting)
+        display = []
+        for _, r in df.iterrows():
+            row = {"model": r["model"], "TFLOP/forward": f"{r['tflops_per_forward']:.2f}",
+                   "attention share": f"{r['attention_share']:.1%}"}
+            for key, label in (("rollout_naive", "rollout naive"), ("rollout_sol", "rollout Sol-RL"),
+                               ("e2e_naive", "E2E naive"), ("e2e_sol", "E2E Sol-RL")):
+                cell = f"{r[f'{key}_projected_s']:.0f}"
+                if f"{key}_paper_s" in r and pd.notna(r.get(f"{key}_paper_s")):
+                    cell += f" (paper {r[f'{key}_paper_s']:.0f}, {_pct(r[f'{key}_rel_error'])})"
+                row[f"{label} (s)"] = cell
+            sp = f"{r['rollout_speedup_projected']:.2f}x / {r['e2e_speedup_projected']:.2f}x"
+            if "rollout_speedup_paper" in r and pd.notna(r.get("rollout_speedup_paper")):
+                sp += f" (paper {r['rollout_speedup_paper']:.2f}x / {r['e2e_speedup_paper']:.2f}x)"
+            row["speedup rollout / E2E"] = sp
+            display.append(row)
+        low_peak, low_name = HARDWARE[hw_name].explore_peak()
+        caption = (
+            f"PROJECTION from FLOPs, not a measurement. Hardware profile {hw_name} ({HARDWARE[hw_name].source}): BF16 "
+            f"{HARDWARE[hw_name].bf16} PFLOP/s, explore in {low_name} at {low_peak} PFLOP/s (attention stays BF16), "
+            f"each at an assumed {opts.mfu:.0%} utilisation. Setting of the paper's runs: "
+            f"{setting.prompts_per_iter} prompt groups per iteration on {setting.gpus} GPUs, N={setting.n}, "
+            f"K={setting.k}, {setting.full_steps} full and {setting.explore_steps} explore steps, "
+            f"{setting.train_timesteps} training timesteps x {setting.train_forwards:g} forward-equivalents per "
+            f"trained sample, {setting.resolution} px. FLOPs per forward from the architecture configs in "
+            "solbench/flops.py (formulas in docs/reports.md). Not modelled: text encoders, VAE, reward models, "
+            "re-quantization, communication, optimizer."
+            + (f" In parentheses: {PAPER_CITATION}, and the projection's relative error. A large error means the "
+               "iteration is not dominated by the modelled transformer FLOPs under these assumptions (other "
+               "resolution or CFG, or encoder/VAE/reward/communication time)." if hw_name == "B200" else "")
+        )
+        outputs.append(Table(f"cost_projection_{hw_name.lower()}", f"PROJECTED seconds per iteration on 8x {hw_name}",
+                             df, caption, display=pd.DataFrame(display)))
+    measured = _own_flops_projection(tables, hw)
+    if measured is not None:
+        outputs.append(measured)
+    return outputs
+
+
+def _own_flops_projection(tables: Tables, hw: Hardware) -> Table | Note | None:
+    """This experiment's own runs: the FLOPs they recorded per iteration, projected onto ``hw``."""
+    t = tables.timings
+    if "flops" not in t or t["flops"].isna().all():
+        return Note("Projection of these runs", "The timings carry no FLOP counts (flops column empty): "
+                    "no projection of this experiment's own runs onto GPU hardware.")
+    runs = tables.done_runs
+    t = t[t["run_id"].isin(runs["run_id"]) & ~t["phase"].isin(EVAL_PHASES)].copy()
+    t["flops"] = pd.to_numeric(t["flops"], errors="coerce")
+    t = t.dropna(subset=["flops"])
+    if t.empty:
+        return None
+    low_peak, low_name = hw.explore_peak()
+    mfu = tables.options.mfu
+    t["peak"] = t["precision"].map(lambda p: low_peak if p == "explore" else hw.bf16) * 1e15 * mfu
+    t["projected_s"] = t["flops"] / t["peak"]
+    per_iter = t.groupby(["run_id", "step"]).agg(flops=("flops", "sum"), projected_s=("projected_s", "sum")).reset_index()
+    per_run = per_iter.groupby("run_id")[["flops", "projected_s"]].median().reset_index().merge(
+        runs[["run_id", "model", "arm"]], on="run_id")
+    arms = per_run.groupby(["model", "arm"])[["flops", "projected_s"]].mean().reset_index()
+    arms = arms.set_index("arm").reindex([a for a in tables.arm_order(runs) if a in set(arms["arm"])]).reset_index()
+    display = pd.DataFrame({"model": arms["model"], "method": arms["arm"],
+                            "counted GFLOP / iteration": arms["flops"].map(lambda v: fmt_num(v / 1e9, 3)),
+                            f"PROJECTED µs / iteration on one {hw.name}": arms["projected_s"].map(lambda v: fmt_num(v * 1e6, 3))})
+    return Table("cost_projection_runs", f"PROJECTED time of these runs' counted FLOPs on one {hw.name}", arms, (
+        "PROJECTION, not a measurement: the transformer FLOPs each run counted per training iteration (median over "
+        f"iterations, mean over seeds), divided by the {hw.name} peak of the precision they ran at (explore: "
+        f"{low_name} {low_peak} PFLOP/s; full: BF16 {hw.bf16} PFLOP/s) at {mfu:.0%} utilisation. Only the counted "
+        "phases are included; tiny models cannot fill a GPU, so this is a lower bound, for scale only."),
+        display=display)
+
+
+def setting_dict(setting: PaperSetting | None = None) -> dict:
+    return asdict(setting or PaperSetting())

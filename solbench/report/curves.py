@@ -1,0 +1,271 @@
+"""Learning curves and convergence speedup (the paper's reward-vs-time figures and its 4.64x claim).
+
+Learning curves: every eval reward (and the training reward) against iteration, against wall-clock
+training seconds (``wall_s``: cumulative, evaluation excluded) and, for GPU runs, against GPU-hours
+(wall_s x GPUs per run / 3600). At each step an arm shows the mean over its seeds with a t band; the
+wall-clock of a step is the mean of its seeds' wall_s.
+
+Convergence speedup, per eval reward: the target is the reference method's final score (mean over
+its seeds at its last evaluation). Each arm's mean curve (mean value and mean wall_s per eval step)
+reaches the target at the first crossing, linearly interpolated in wall-clock between the two
+evaluations around it. Speedup = reference time / arm time (the paper's "4.64x faster to reach
+DiffusionNFT's final ImageReward"). Its interval is a bootstrap over seeds, resampling the reference's
+seeds (which moves the target too) and the arm's seeds independently; a resample that never reaches
+the target counts as speedup 0. Rewards are taken as higher-is-better.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from solbench.report.plotting import arm_styles, new_figure
+from solbench.report.registry import Figure, Note, Table, report_kind
+from solbench.report.stats import bootstrap_ci, fmt_num, mean_ci
+from solbench.report.tables import Tables, method_display, same_method
+
+
+def curve_table(tables: Tables, split: str, metric: str) -> pd.DataFrame:
+    """Mean and CI over seeds per (model, arm, step), with the mean wall_s and GPU-hours."""
+    rows = tables.run_metrics(split, metric)
+    if rows.empty:
+        return pd.DataFrame()
+    gpus = _gpus_per_run(tables)
+    rows = rows.assign(gpu_hours=rows["run_id"].map(gpus) * rows["wall_s"] / 3600.0)
+    out = []
+    level = tables.options.ci_level
+    for (model, arm, method, step), g in rows.groupby(["model", "arm", "method", "step"], sort=True):
+        ci = mean_ci(g["value"].values, level)
+        out.append(dict(model=model, arm=arm, method=method, step=int(step), mean=ci.mean, ci_lo=ci.lo, ci_hi=ci.hi,
+                        n_seeds=ci.n, wall_s=float(g["wall_s"].mean()), gpu_hours=float(g["gpu_hours"].mean())))
+    return pd.DataFrame(out)
+
+
+def _gpus_per_run(tables: Tables) -> pd.Series:
+    """GPUs per run where the runs ran on GPUs (device column 'cuda'); NaN elsewhere (CPU, unknown)."""
+    runs = tables.runs.set_index("run_id")
+    gpus = pd.Series(np.nan, index=runs.index)
+    if "device" in runs:
+        on_gpu = runs["device"].astype(str).str.lower().str.startswith("cuda")
+        world = pd.to_numeric(runs.get("p_world_size", pd.Series(1, index=runs.index)), errors="coerce").fillna(1)
+        gpus[on_gpu] = world[on_gpu]
+    return gpus
+
+
+def _time_axis(seconds_max: float) -> tuple[float, str]:
+    if seconds_max < 600:
+        return 1.0, "seconds"
+    if seconds_max < 3 * 3600:
+        return 60.0, "minutes"
+    return 3600.0, "hours"
+
+
+def _metrics(tables: Tables) -> list[tuple[str, str]]:
+    out = [("eval", m) for m in tables.eval_rewards()]
+    if ((tables.metrics["split"] == "train") & (tables.metrics["metric"] == "reward")).any():
+        out.append(("train", "reward"))
+    return out
+
+
+@report_kind("learning_curves", title="Learning curves", order=30)
+def learning_curves(tables: Tables):
+    """Each metric against iteration, wall-clock and GPU-hours: mean and CI band over seeds."""
+    metrics = _metrics(tables)
+    if not metrics:
+        return Note("Learning curves", "No eval or training reward rows in metrics.parquet.")
+    curves = {(s, m): curve_table(tables, s, m) for s, m in metrics}
+    outputs = []
+    level = tables.options.ci_level
+    for model in tables.models():
+        per = {k: c[c["model"] == model] for k, c in curves.items() if not c.empty}
+        per = {k: c for k, c in per.items() if not c.empty}
+        if not per:
+            continue
+        has_gpu = any(c["gpu_hours"].notna().any() for c in per.values())
+        xs = [("step", "iteration", 1.0)]
+        wall_max = max(c["wall_s"].max() for c in per.values())
+        scale, unit = _time_axis(wall_max if math.isfinite(wall_max) else 1.0)
+        xs.append(("wall_s", f"wall-clock training time ({unit})", scale))
+        if has_gpu:
+            xs.append(("gpu_hours", "GPU-hours", 1.0))
+        runs = tables.done_runs[tables.done_runs["model"] == model]
+        arms = tables.arm_order(runs)
+        styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])))
+        fig = new_figure(4.2 * len(xs) + 1.8, 2.9 * len(per))
+        axes = fig.subplots(len(per), len(xs), squeeze=False)
+        for r, ((split, metric), c) in enumerate(per.items()):
+            for col, (xcol, xlabel, xscale) in enumerate(xs):
+                ax = axes[r][col]
+                for arm in arms:
+                    a = c[c["arm"] == arm].sort_values("step")
+                    if a.empty:
+                        continue
+                    x = a[xcol].values / xscale
+                    ax.plot(x, a["mean"].values, marker="o", markersize=2.5, label=arm, **styles[arm])
+                    if a["ci_lo"].notna().any():
+                        ax.fill_between(x, a["ci_lo"].values, a["ci_hi"].values, color=styles[arm]["color"], alpha=0.15,
+                                        linewidth=0)
+                ax.set_xlabel(xlabel, fontsize=8)
+                ax.set_ylabel(f"{metric} ({split})", fontsize=8)
+                ax.tick_params(labelsize=7)
+                ax.grid(alpha=0.3)
+                if r == 0:
+                    ax.set_title(f"against {xlabel.split(' (')[0]}", fontsize=9)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+        fig.suptitle(f"{model}: learning curves (mean over seeds, {level:.0%} t band)", fontsize=10)
+        data = pd.concat([c.assign(split=s, metric=m) for (s, m), c in per.items()], ignore_index=True)
+        n_seeds = sorted(data["n_seeds"].unique())
+        outputs.append(Figure(f"learning_curves_{model}", f"Learning curves, {model}", fig, (
+            f"Model `{model}`. One row per metric (eval rewards on the eval prompts; `reward (train)` is the mean "
+            "full-precision reward of the trained samples), one column per x axis. Lines: mean over seeds; bands: "
+            f"{level:.0%} Student-t interval over seeds ({'/'.join(map(str, n_seeds))} seeds per point). Wall-clock: "
+            "cumulative training seconds (evaluation excluded), averaged over seeds at each step."
+            + ("" if has_gpu else " GPU-hours are not shown: these runs did not run on GPUs.")), data=data))
+    return outputs
+
+
+def time_to_reach(wall: np.ndarray, value: np.ndarray, target: float) -> float:
+    """Wall-clock at which the curve first reaches ``target`` (linear between points); inf if never."""
+    for i in range(len(value)):
+        if value[i] >= target:
+            if i == 0:
+                return float(wall[0])
+            v0, v1, w0, w1 = value[i - 1], value[i], wall[i - 1], wall[i]
+            return float(w0 + (target - v0) / (v1 - v0) * (w1 - w0)) if v1 != v0 else float(w1)
+    return math.inf
+
+
+def _speedup(ref_value: np.ndarray, ref_wall: np.ndarray, value: np.ndarray, wall: np.ndarray) -> float:
+    """Reference time to its own final mean score / this curve's time to the same score (0: never)."""
+    target = ref_value[-1]
+    t_ref = time_to_reach(ref_wall, ref_value, target)
+    t_arm = time_to_reach(wall, value, target)
+    if t_arm == 0:
+        return 1.0 if t_ref == 0 else math.inf
+    return t_ref / t_arm
+
+
+@report_kind("convergence", title="Convergence speedup", order=40)
+def convergence(tables: Tables):
+    """Wall-clock to reach the reference method's final reward, as a speedup ratio with CIs."""
+    opts = tables.options
+    rewards = tables.eval_rewards()
+    done = tables.done_runs
+    if not rewards:
+        return Note("Convergence", "No evaluation rows: no convergence speedup.")
+    outputs, all_rows = [], []
+    for model in tables.models():
+        runs = done[done["model"] == model]
+        ref_arms = [a for a in tables.arm_order(runs)
+                    if same_method(runs.loc[runs["arm"] == a, "method"].iloc[0], opts.reference_method)]
+        if not ref_arms:
+            outputs.append(Note(f"Convergence, {model}", f"No done run of the reference method "
+                                f"`{opts.reference_method}` ({method_display(opts.reference_method)}) for model `{model}`."))
+            continue
+        ref_arm = ref_arms[0]
+        rows = []
+        plot_data = {}
+        for metric in rewards:
+            m = tables.run_metrics("eval", metric)
+            m = m[m["model"] == model]
+            pv = m.pivot_table(index=["arm", "step"], columns="run_id", values="value")
+            pw = m.pivot_table(index=["arm", "step"], columns="run_id", values="wall_s")
+            ref_runs = list(runs.loc[runs["arm"] == ref_arm, "run_id"])
+            if ref_arm not in pv.index.get_level_values(0):
+                continue
+            ref_v = pv.loc[ref_arm].reindex(columns=ref_runs).dropna().to_numpy()
+            ref_w = pw.loc[ref_arm].reindex(columns=ref_runs).dropna().to_numpy()
+            if ref_v.size == 0 or ref_v.shape != ref_w.shape:
+                continue
+            rv, rw = ref_v.mean(axis=1), ref_w.mean(axis=1)
+            target = float(rv[-1])
+            t_ref = time_to_reach(rw, rv, target)
+            plot_data[metric] = (target, {})
+            for arm in tables.arm_order(runs):
+                cols = list(runs.loc[runs["arm"] == arm, "run_id"])
+                if arm not in pv.index.get_level_values(0):
+                    continue
+                arm_v = pv.loc[arm].reindex(columns=cols).dropna().to_numpy()
+                arm_w = pw.loc[arm].reindex(columns=cols).dropna().to_numpy()
+                if arm_v.size == 0 or arm_v.shape != arm_w.shape:
+                    continue
+                av, aw = arm_v.mean(axis=1), arm_w.mean(axis=1)
+                t_arm = time_to_reach(aw, av, target)
+                point = _speedup(rv, rw, av, aw)
+                if arm == ref_arm:
+                    lo = hi = math.nan
+                else:
+                    def stat(ri, ai, ref_v=ref_v, ref_w=ref_w, arm_v=arm_v, arm_w=arm_w):
+                        return _speedup(ref_v[:, ri].mean(axis=1), ref_w[:, ri].mean(axis=1),
+                                        arm_v[:, ai].mean(axis=1), arm_w[:, ai].mean(axis=1))
+
+                    lo, hi = bootstrap_ci([np.arange(ref_v.shape[1]), np.arange(arm_v.shape[1])], stat,
+                                          n_boot=opts.n_boot, level=opts.ci_level, seed=opts.boot_seed)
+                rows.append(dict(model=model, metric=metric, arm=arm, reference=ref_arm, target=target,
+                                 reference_time_s=t_ref, time_to_target_s=t_arm, final=float(av[-1]),
+                                 speedup=point, speedup_lo=lo, speedup_hi=hi, n_seeds=len(cols)))
+                plot_data[metric][1][arm] = (aw, av, t_arm)
+        if not rows:
+            continue
+        tidy = pd.DataFrame(rows)
+        all_rows.append(tidy)
+        display = []
+        for arm in dict.fromkeys(tidy["arm"]):
+            row = {"method": arm}
+            for metric in rewards:
+                r = tidy[(tidy["arm"] == arm) & (tidy["metric"] == metric)]
+                if r.empty:
+                    row[metric] = "-"
+                    continue
+                r = r.iloc[0]
+                if not math.isfinite(r["time_to_target_s"]):
+                    row[metric] = f"not reached (final {fmt_num(r['final'])})"
+                elif math.isfinite(r["speedup_lo"]):
+                    row[metric] = f"{r['speedup']:.2f}x [{r['speedup_lo']:.2f}, {r['speedup_hi']:.2f}] ({fmt_num(r['time_to_target_s'], 1)} s)"
+                else:
+                    row[metric] = f"{r['speedup']:.2f}x ({fmt_num(r['time_to_target_s'], 1)} s)"
+            row["seeds"] = str(int(tidy.loc[tidy["arm"] == arm, "n_seeds"].iloc[0]))
+            display.append(row)
+        targets = ", ".join(f"{m} {fmt_num(plot_data[m][0])}" for m in plot_data)
+        outputs.append(Table(f"convergence_{model}", f"Convergence speedup vs {ref_arm}, {model}", tidy, (
+            f"The paper's convergence claim (4.64x on SD3.5-L, 3.00x on FLUX to reach DiffusionNFT's final "
+            f"ImageReward). Model `{model}`. Target per metric: {ref_arm}'s final eval score, mean over its seeds "
+            f"({targets}). Cell: speedup = reference wall-clock to reach the target / this method's wall-clock "
+            f"(mean curves over seeds, linear interpolation between evaluations), [{opts.ci_level:.0%} bootstrap "
+            f"interval over seeds, {opts.n_boot} resamples], and the method's time to the target in training "
+            "seconds. 'not reached': the mean curve never reaches the target within the run."), display=pd.DataFrame(display)))
+        outputs.append(_convergence_figure(tables, model, runs, plot_data, ref_arm))
+    return outputs
+
+
+def _convergence_figure(tables: Tables, model: str, runs: pd.DataFrame, plot_data: dict, ref_arm: str) -> Figure:
+    metrics = list(plot_data)
+    arms = tables.arm_order(runs)
+    styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])))
+    wall_max = max((np.max(aw) for _, arms_d in plot_data.values() for aw, _, _ in arms_d.values()), default=1.0)
+    scale, unit = _time_axis(wall_max)
+    fig = new_figure(4.6 * len(metrics) + 1.8, 3.4)
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics):
+        target, arms_d = plot_data[metric]
+        ax.axhline(target, color="black", linewidth=0.8, linestyle=":", label=f"target ({ref_arm} final)")
+        for arm in arms:
+            if arm not in arms_d:
+                continue
+            aw, av, t_arm = arms_d[arm]
+            ax.plot(aw / scale, av, marker="o", markersize=2.5, label=arm, **styles[arm])
+            if math.isfinite(t_arm):
+                ax.plot([t_arm / scale], [target], marker="x", markersize=8, color=styles[arm]["color"])
+        ax.set_xlabel(f"wall-clock training time ({unit})", fontsize=8)
+        ax.set_ylabel(f"{metric} (eval, mean over seeds)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+    fig.suptitle(f"{model}: time to reach {ref_arm}'s final score (x marks the crossing)", fontsize=10)
+    return Figure(f"convergence_{model}_chart", f"Time to target, {model}", fig, (
+        f"Mean eval curves over seeds against wall-clock training time; dotted line: {ref_arm}'s final score; "
+        "x: where each method first reaches it (the times in the table above)."))

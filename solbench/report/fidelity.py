@@ -1,0 +1,212 @@
+"""Ranking fidelity (the paper's Table 8): do low-precision rewards rank seeds as full precision does?
+
+From candidates.parquet. A candidate scored at both precisions appears twice, once with precision
+"explore" (the proxy reward of the low-precision rollout) and once with "full" (the same noise seed
+regenerated at full precision); they are paired by (run_id, step, prompt_id, cand_idx) and, when the
+table has one, ``reward_name``. A prompt group is one (run_id, step, prompt_id[, reward_name]).
+
+Per group with at least 3 pairs:
+- Kendall tau-b and Spearman rho between proxy and full rewards (scipy.stats; ties handled; a
+  group with constant rewards has no correlation and is counted apart);
+- top-K hit rate, K in ``options.top_k`` below the group size: |top-K by proxy & top-K by full| / K;
+- contrastive-set overlap: the best_worst selection (top floor(K/2) + bottom ceil(K/2), ties by
+  candidate index, as solbench.selection) made from proxy rewards vs from full rewards,
+  |S_proxy & S_full| / K.
+
+Two kinds of group, reported apart:
+- "all seeds": every candidate has both rewards (the standalone fidelity experiment,
+  ``solbench.report.fidelity_sampling``): unbiased numbers, comparable with the paper's Table 8.
+- "selected only": training data of Sol-RL, where only the K selected seeds were regenerated. The
+  correlations are then over the K selected seeds only, which best_worst selection draws from both
+  tails of the proxy distribution: that inflates them. Hit rates are within the K; the contrastive
+  overlap is replaced by the side agreement (fraction of the K that full precision puts on the same
+  side, top floor(K/2) vs the rest, as the proxy did).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from solbench.report.plotting import new_figure
+from solbench.report.registry import Figure, Note, Table, report_kind
+from solbench.report.stats import fmt_ci, mean_ci
+from solbench.report.tables import Tables
+
+MIN_PAIRS = 3
+
+
+def _order_desc(r: np.ndarray) -> np.ndarray:
+    # descending, ties by lower index first (stable): the rule of solbench.selection
+    return np.argsort(-r, kind="stable")
+
+
+def top_k(r: np.ndarray, k: int) -> set[int]:
+    return set(_order_desc(r)[:k].tolist())
+
+
+def best_worst(r: np.ndarray, k: int) -> set[int]:
+    order = _order_desc(r)
+    n_best = k // 2
+    n_worst = k - n_best
+    return set(order[:n_best].tolist()) | set(order[len(r) - n_worst:].tolist())
+
+
+def pair_candidates(candidates: pd.DataFrame) -> pd.DataFrame:
+    """Explore rows joined with full rows of the same candidate: one row per pair (proxy, full)."""
+    keys = ["run_id", "step", "prompt_id", "cand_idx"] + (["reward_name"] if "reward_name" in candidates else [])
+    explore = candidates[candidates["precision"] == "explore"]
+    full = candidates[candidates["precision"] == "full"]
+    pairs = explore[keys + ["reward", "noise_seed"]].rename(columns={"reward": "proxy"}).merge(
+        full[keys + ["reward"]].rename(columns={"reward": "full"}), on=keys, how="inner")
+    n_explore = explore.groupby(keys[:3] + keys[4:]).size().rename("n_explore")
+    pairs = pairs.merge(n_explore, left_on=keys[:3] + keys[4:], right_index=True, how="left")
+    return pairs
+
+
+def group_fidelity(pairs: pd.DataFrame, ks: tuple[int, ...]) -> pd.DataFrame:
+    """One row per prompt group: n, kind, tau, rho, hit@K, overlap@K (or side agreement)."""
+    group_keys = ["run_id", "step", "prompt_id"] + (["reward_name"] if "reward_name" in pairs else [])
+    rows = []
+    for key, g in pairs.groupby(group_keys, sort=True):
+        n = len(g)
+        if n < MIN_PAIRS:
+            continue
+        g = g.sort_values("cand_idx")
+        proxy, full = g["proxy"].to_numpy(float), g["full"].to_numpy(float)
+        complete = int(g["n_explore"].iloc[0]) == n
+        row = dict(zip(group_keys, key if isinstance(key, tuple) else (key,)))
+        row.update(n_pairs=n, n_explore=int(g["n_explore"].iloc[0]), kind="all seeds" if complete else "selected only")
+        constant = np.ptp(proxy) == 0 or np.ptp(full) == 0
+        row["kendall_tau"] = math.nan if constant else float(stats.kendalltau(proxy, full).statistic)
+        row["spearman_rho"] = math.nan if constant else float(stats.spearmanr(proxy, full).statistic)
+        for k in ks:
+            row[f"hit@{k}"] = len(top_k(proxy, k) & top_k(full, k)) / k if k < n else math.nan
+            if complete:
+                row[f"overlap@{k}"] = len(best_worst(proxy, k) & best_worst(full, k)) / k if k <= n else math.nan
+        if not complete:
+            half = n // 2
+            same = (np.isin(np.arange(n), list(top_k(proxy, half))) == np.isin(np.arange(n), list(top_k(full, half))))
+            row["side_agreement"] = float(same.mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@report_kind("ranking_fidelity", title="Ranking fidelity (Table 8)", order=50)
+def ranking_fidelity(tables: Tables):
+    """Kendall tau, Spearman rho, top-K hit rates and contrastive overlap of proxy vs full rewards."""
+    cand = tables.candidates
+    if cand.empty:
+        return Note("Ranking fidelity", "No candidates table rows: no method recorded per-candidate rewards.")
+    runs = tables.runs
+    pairs = pair_candidates(cand)
+    if pairs.empty:
+        return Note("Ranking fidelity", "No candidate was scored at both precisions (explore and full): ranking "
+                    "fidelity needs Sol-RL training candidates or a fidelity experiment.")
+    ks = tuple(tables.options.top_k)
+    groups = group_fidelity(pairs, ks)
+    if groups.empty:
+        return Note("Ranking fidelity", f"No prompt group has {MIN_PAIRS} or more candidates at both precisions.")
+    groups = groups.merge(runs[["run_id", "model", "arm", "status"]], on="run_id", how="left")
+    level = tables.options.ci_level
+    by = ["kind", "model", "arm"] + (["reward_name"] if "reward_name" in groups else [])
+    summary, display = [], []
+    metric_cols = ["kendall_tau", "spearman_rho"] + [f"hit@{k}" for k in ks] + \
+        [c for c in [f"overlap@{k}" for k in ks] + ["side_agreement"] if c in groups]
+    for key, g in groups.groupby(by, sort=False):
+        row = dict(zip(by, key))
+        row.update(n_groups=len(g), n_pairs_median=float(g["n_pairs"].median()),
+                   constant_groups=int(g["kendall_tau"].isna().sum()))
+        disp = {k if k != "arm" else "method": v for k, v in zip(by, key)}
+        disp["groups"] = str(len(g))
+        disp["pairs / group"] = f"{g['n_pairs'].median():g}"
+        for col in metric_cols:
+            ci = mean_ci(g[col].values, level) if col in g else mean_ci([], level)
+            row.update({f"{col}_mean": ci.mean, f"{col}_lo": ci.lo, f"{col}_hi": ci.hi,
+                        f"{col}_median": float(g[col].median()) if col in g else math.nan})
+            disp[col.replace("kendall_tau", "Kendall τ").replace("spearman_rho", "Spearman ρ")] = fmt_ci(ci, 3)
+        summary.append(row)
+        display.append(disp)
+    summary_df = pd.DataFrame(summary).sort_values("kind")
+    display_df = pd.DataFrame(display).loc[summary_df.index]
+    has_selected = (groups["kind"] == "selected only").any()
+    caption = (
+        "Mirrors the paper's Table 8 (NVFP4 vs BF16 rewards of the same seeds: Kendall τ 0.798, Spearman ρ 0.927, "
+        "top-K hit rate 96.9 / 95.0 / 93.3 % at K = 4 / 8 / 12). One unit = one prompt group (one prompt at one "
+        f"iteration of one run); cells: mean over groups ± half-width of the {level:.0%} t interval. hit@K: share "
+        "of the proxy's top K that are in the full-precision top K. overlap@K: share of the contrastive set "
+        "(top K/2 + bottom K/2) chosen from proxy rewards that full precision would also choose. "
+        "'all seeds': both precisions for every candidate (unbiased). "
+        + ("'selected only': Sol-RL training data, where only the K selected seeds have full-precision rewards: "
+           "correlations and hit rates are within the K selected, which best_worst selection takes from both "
+           "tails of the proxy ranking, so they are inflated relative to the all-seeds numbers; side_agreement: "
+           "share of the K that full precision puts on the same side (top K/2 vs bottom) as the proxy. " if has_selected else "")
+        + "Groups with constant rewards have no correlation and are left out of τ and ρ (counted in the CSV)."
+    )
+    outputs = [Table("ranking_fidelity", "Ranking fidelity: proxy (explore) vs full-precision rewards", summary_df,
+                     caption, display=display_df),
+               _fidelity_figure(groups, ks)]
+    outputs.append(Table("ranking_fidelity_groups", "Ranking fidelity per prompt group", groups,
+                         "Every prompt group's numbers (the distributions above).",
+                         display=_groups_preview(groups)))
+    return outputs
+
+
+def _groups_preview(groups: pd.DataFrame) -> pd.DataFrame:
+    # the Markdown shows a short distribution summary; the full per-group table is the CSV
+    cols = [c for c in groups.columns if c in ("kendall_tau", "spearman_rho") or c.startswith(("hit@", "overlap@"))]
+    desc = groups.groupby("kind")[cols].describe(percentiles=[0.1, 0.5, 0.9])
+    rows = []
+    for kind in desc.index:
+        for col in cols:
+            d = desc.loc[kind, col]
+            if d["count"] == 0:
+                continue
+            rows.append({"kind": kind, "statistic": col, "groups": f"{d['count']:.0f}", "p10": f"{d['10%']:.3f}",
+                         "median": f"{d['50%']:.3f}", "p90": f"{d['90%']:.3f}", "min": f"{d['min']:.3f}"})
+    return pd.DataFrame(rows)
+
+
+def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...]) -> Figure:
+    kinds = list(dict.fromkeys(sorted(groups["kind"])))
+    colours = {"all seeds": "#1f77b4", "selected only": "#ff7f0e"}
+    hit_cols = [f"hit@{k}" for k in ks if f"hit@{k}" in groups and groups[f"hit@{k}"].notna().any()]
+    fig = new_figure(12.0 if hit_cols else 8.0, 3.3)
+    axes = fig.subplots(1, 3 if hit_cols else 2)
+    bins = np.linspace(-1, 1, 21)
+    for ax, col, label in ((axes[0], "kendall_tau", "Kendall τ per prompt group"),
+                           (axes[1], "spearman_rho", "Spearman ρ per prompt group")):
+        for kind in kinds:
+            v = groups.loc[groups["kind"] == kind, col].dropna()
+            if len(v):
+                ax.hist(v, bins=bins, alpha=0.55, color=colours.get(kind), label=f"{kind} (mean {v.mean():.3f}, n={len(v)})")
+        ax.set_xlabel(label, fontsize=8)
+        ax.set_ylabel("prompt groups", fontsize=8)
+        ax.legend(fontsize=7, loc="upper left")
+        ax.tick_params(labelsize=7)
+    if not hit_cols:
+        fig.suptitle("Ranking fidelity: proxy (explore precision) vs full-precision rewards of the same seeds", fontsize=10)
+        return _fidelity_output(fig, groups)
+    ax = axes[2]
+    width = 0.8 / max(len(kinds), 1)
+    for i, kind in enumerate(kinds):
+        g = groups[groups["kind"] == kind]
+        means = [g[c].mean() for c in hit_cols]
+        ax.bar(np.arange(len(hit_cols)) + i * width, means, width, color=colours.get(kind), alpha=0.8, label=kind)
+    ax.set_xticks(np.arange(len(hit_cols)) + width * (len(kinds) - 1) / 2, hit_cols, fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("mean hit rate", fontsize=8)
+    ax.legend(fontsize=7)
+    ax.tick_params(labelsize=7)
+    fig.suptitle("Ranking fidelity: proxy (explore precision) vs full-precision rewards of the same seeds", fontsize=10)
+    return _fidelity_output(fig, groups)
+
+
+def _fidelity_output(fig, groups: pd.DataFrame) -> Figure:
+    return Figure("ranking_fidelity_chart", "Ranking fidelity distributions", fig, (
+        "Distributions over prompt groups of the rank correlations between proxy and full-precision rewards, and "
+        "the mean top-K hit rates. 'selected only' groups (training data) are within the K selected seeds and "
+        "biased upward; 'all seeds' groups are the unbiased measurement."), data=groups)

@@ -1,0 +1,241 @@
+"""Timing (the paper's Table 5): seconds per iteration, rollout and end to end, and phase breakdown.
+
+From timings.parquet (one row per timed phase span). Per run and training iteration:
+- rollout seconds = the sum over the rollout phases (explore, select, regenerate, rollout, reward);
+- end-to-end seconds = the sum over every phase of the iteration except evaluation.
+The first ``warmup`` iterations of each run are dropped (compilation, caches), then each run gives
+its median over the remaining iterations; an arm reports the mean of its runs' medians with a t
+interval over seeds. The speedup is baseline / target of those means, with a bootstrap interval
+(seeds resampled within each arm). Phases are summed as disjoint spans: nested phases would be
+counted twice (the harness's phases are not nested in the training loop).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from solbench.report.plotting import new_figure, phase_colour
+from solbench.report.registry import Figure, Note, Table, report_kind
+from solbench.report.stats import bootstrap_ci, fmt_ci, fmt_num, mean_ci
+from solbench.report.tables import EVAL_PHASES, PHASE_ORDER, ROLLOUT_PHASES, Tables, same_method
+
+
+def iteration_seconds(tables: Tables) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
+    """(per-iteration totals, per-iteration per-phase seconds, warm-up fallback used) for done runs.
+
+    The first frame has run_id, step, rollout_s, e2e_s; the second run_id, step, phase, seconds.
+    Warm-up iterations are already removed; when a run has no iteration left after the warm-up,
+    all of its iterations are kept and the flag is True.
+    """
+    runs = tables.done_runs
+    t = tables.timings[tables.timings["run_id"].isin(runs["run_id"]) & ~tables.timings["phase"].isin(EVAL_PHASES)]
+    t = t.dropna(subset=["step", "seconds"])
+    if t.empty:
+        return (pd.DataFrame(columns=["run_id", "step", "rollout_s", "e2e_s"]),
+                pd.DataFrame(columns=["run_id", "step", "phase", "seconds"]), False)
+    kept, fallback = [], False
+    for _run_id, group in t.groupby("run_id", sort=False):
+        steps = sorted(group["step"].unique())
+        keep = steps[tables.options.warmup:]
+        if not keep:
+            keep, fallback = steps, True
+        kept.append(group[group["step"].isin(keep)])
+    t = pd.concat(kept, ignore_index=True)
+    per_phase = t.groupby(["run_id", "step", "phase"], as_index=False)["seconds"].sum()
+    totals = per_phase.groupby(["run_id", "step"]).apply(
+        lambda g: pd.Series({"rollout_s": g.loc[g["phase"].isin(ROLLOUT_PHASES), "seconds"].sum(),
+                             "e2e_s": g["seconds"].sum()}), include_groups=False).reset_index()
+    return totals, per_phase, fallback
+
+
+def per_run_medians(tables: Tables) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
+    """(run medians of rollout_s and e2e_s with run info, run medians per phase, warm-up fallback)."""
+    totals, per_phase, fallback = iteration_seconds(tables)
+    info = tables.done_runs[["run_id", "model", "method", "arm", "seed"]]
+    med = totals.groupby("run_id")[["rollout_s", "e2e_s"]].median().reset_index().merge(info, on="run_id")
+    # a phase absent from an iteration took 0 s in it: fill before the median
+    wide = per_phase.pivot_table(index=["run_id", "step"], columns="phase", values="seconds", aggfunc="sum", fill_value=0.0)
+    phase_med = wide.groupby("run_id").median().reset_index().melt(id_vars="run_id", var_name="phase", value_name="seconds")
+    phase_med = phase_med.merge(info, on="run_id")
+    return med, phase_med, fallback
+
+
+def _ratio_of_means(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean(a) / np.mean(b)) if np.mean(b) > 0 else math.nan
+
+
+def _speedup(base: np.ndarray, target: np.ndarray, tables: Tables) -> tuple[float, float, float]:
+    point = _ratio_of_means(base, target)
+    lo, hi = bootstrap_ci([base, target], _ratio_of_means, n_boot=tables.options.n_boot,
+                          level=tables.options.ci_level, seed=tables.options.boot_seed)
+    return point, lo, hi
+
+
+def _fmt_speedup(point: float, lo: float, hi: float) -> str:
+    if not math.isfinite(point):
+        return "-"
+    if math.isfinite(lo):
+        return f"{point:.2f}x [{lo:.2f}, {hi:.2f}]"
+    return f"{point:.2f}x"
+
+
+def emulation_caveat(tables: Tables) -> Note | None:
+    """The CPU / emulated-FP4 caveat, when it applies to these runs."""
+    devices = tables.device_kinds()
+    runs = tables.done_runs
+    explore_runs = set(tables.timings.loc[tables.timings["precision"] == "explore", "run_id"])
+    emulated = False
+    if "p_quant.backend" in runs:
+        backends = runs.loc[runs["run_id"].isin(explore_runs), "p_quant.backend"].dropna().astype(str)
+        emulated = bool(len(backends)) and (backends == "emulated").any()
+    if "cpu" in devices or emulated:
+        why = "on CPU" if "cpu" in devices else "with the emulated quantization backend"
+        return Note("Measured on emulated FP4", (
+            f"These timings were measured {why}: low-precision (FP4) rollouts are emulated (fake-quantized in "
+            "full precision), which costs more than full precision instead of less, so the explore stage and any "
+            "speedup below say nothing about FP4 hardware. For planning GPU time use the cost projection "
+            "section (labelled as a projection)."), level="warning")
+    return None
+
+
+@report_kind("timing", title="Timing (Table 5)", order=20)
+def timing(tables: Tables):
+    """Seconds per iteration (rollout, end to end), naive BF16 scaling vs Sol-RL, and per-phase bars."""
+    med, phase_med, fallback = per_run_medians(tables)
+    if med.empty:
+        return Note("Timing", "No timings of done runs in timings.parquet: nothing to report.")
+    opts, level = tables.options, tables.options.ci_level
+    outputs: list = []
+    caveat = emulation_caveat(tables)
+    if caveat:
+        outputs.append(caveat)
+    if fallback:
+        outputs.append(Note("Warm-up", f"Some runs have no more than {opts.warmup} timed iteration(s): "
+                                       "their medians include the warm-up iterations.", level="warning"))
+
+    # Table 5 layout: naive BF16 scaling vs Sol-RL
+    pairs = []
+    for model in sorted(med["model"].unique()):
+        m = med[med["model"] == model]
+        bases = [a for a in tables.arm_order(tables.done_runs) if a in set(m.loc[m["method"].map(lambda x: same_method(x, opts.baseline_method)), "arm"])]
+        targets = [a for a in tables.arm_order(tables.done_runs) if a in set(m.loc[m["method"].map(lambda x: same_method(x, opts.target_method)), "arm"])]
+        for b in bases:
+            for t in targets:
+                rb, rt = m[m["arm"] == b], m[m["arm"] == t]
+                row = dict(model=model, baseline=b, target=t, n_seeds_baseline=len(rb), n_seeds_target=len(rt))
+                for col, name in (("rollout_s", "rollout"), ("e2e_s", "e2e")):
+                    cb, ct = mean_ci(rb[col].values, level), mean_ci(rt[col].values, level)
+                    sp = _speedup(rb[col].values, rt[col].values, tables)
+                    row.update({f"{name}_baseline_s": cb.mean, f"{name}_baseline_lo": cb.lo, f"{name}_baseline_hi": cb.hi,
+                                f"{name}_target_s": ct.mean, f"{name}_target_lo": ct.lo, f"{name}_target_hi": ct.hi,
+                                f"{name}_speedup": sp[0], f"{name}_speedup_lo": sp[1], f"{name}_speedup_hi": sp[2]})
+                pairs.append(row)
+    if pairs:
+        tidy = pd.DataFrame(pairs)
+        display = pd.DataFrame([{
+            "model": r["model"], "baseline": r["baseline"], "target": r["target"],
+            "rollout baseline (s)": fmt_ci(mean_ci_from(r, "rollout_baseline")),
+            "rollout target (s)": fmt_ci(mean_ci_from(r, "rollout_target")),
+            "rollout speedup": _fmt_speedup(r["rollout_speedup"], r["rollout_speedup_lo"], r["rollout_speedup_hi"]),
+            "E2E baseline (s)": fmt_ci(mean_ci_from(r, "e2e_baseline")),
+            "E2E target (s)": fmt_ci(mean_ci_from(r, "e2e_target")),
+            "E2E speedup": _fmt_speedup(r["e2e_speedup"], r["e2e_speedup_lo"], r["e2e_speedup_hi"]),
+        } for r in pairs])
+        outputs.append(Table("timing_table5", "Seconds per iteration: naive BF16 scaling vs Sol-RL", tidy, (
+            "Mirrors the paper's Table 5 (measured). Seconds per training iteration: rollout = explore + select + "
+            "regenerate + rollout + reward phases; E2E = every phase of the iteration except evaluation. Each run "
+            f"gives its median over iterations after {opts.warmup} warm-up iteration(s); cells are the mean over "
+            f"seeds ± half-width of the {level:.0%} t interval. Speedup = baseline / target seconds, with a "
+            f"{level:.0%} bootstrap interval over seeds ({opts.n_boot} resamples) when both arms have 2+ seeds. "
+            "The paper's numbers (8x B200) are in the cost projection section."), display=display))
+    else:
+        outputs.append(Note("Table 5 pair", f"No done runs of both `{opts.baseline_method}` and `{opts.target_method}` "
+                                           "on the same model: the speedup table needs both (per-arm timings follow)."))
+
+    # every arm, with the per-phase medians
+    phases = _phase_order(phase_med["phase"].unique())
+    rows, display_rows = [], []
+    for model in sorted(med["model"].unique()):
+        m = med[med["model"] == model]
+        base_arms = [a for a in m["arm"].unique() if same_method(m.loc[m["arm"] == a, "method"].iloc[0], opts.baseline_method)]
+        base_vals = m.loc[m["arm"] == base_arms[0], "e2e_s"].values if base_arms else None
+        for arm in tables.arm_order(tables.done_runs):
+            a = m[m["arm"] == arm]
+            if a.empty:
+                continue
+            roll, e2e = mean_ci(a["rollout_s"].values, level), mean_ci(a["e2e_s"].values, level)
+            row = dict(model=model, arm=arm, method=a["method"].iloc[0], n_seeds=len(a), rollout_s=roll.mean,
+                       rollout_lo=roll.lo, rollout_hi=roll.hi, e2e_s=e2e.mean, e2e_lo=e2e.lo, e2e_hi=e2e.hi)
+            pm = phase_med[(phase_med["model"] == model) & (phase_med["arm"] == arm)].groupby("phase")["seconds"].mean()
+            disp = {"model": model, "method": arm, "seeds": str(len(a)), "rollout (s)": fmt_ci(roll), "E2E (s)": fmt_ci(e2e)}
+            for phase in phases:
+                row[f"phase_{phase}_s"] = float(pm.get(phase, 0.0))
+                disp[phase] = fmt_num(float(pm.get(phase, 0.0)), 3)
+            if base_vals is not None and arm == base_arms[0]:
+                row.update(e2e_speedup_vs_baseline=1.0, e2e_speedup_lo=math.nan, e2e_speedup_hi=math.nan)
+                disp[f"E2E speedup vs {base_arms[0]}"] = "1 (baseline)"
+            elif base_vals is not None:
+                sp = _speedup(base_vals, a["e2e_s"].values, tables)
+                row.update(e2e_speedup_vs_baseline=sp[0], e2e_speedup_lo=sp[1], e2e_speedup_hi=sp[2])
+                disp[f"E2E speedup vs {base_arms[0]}"] = _fmt_speedup(*sp)
+            rows.append(row)
+            display_rows.append(disp)
+    outputs.append(Table("timing_phases", "Seconds per iteration by method and phase", pd.DataFrame(rows), (
+        "Every method, measured. Rollout and E2E as in the table above (mean of per-run medians ± "
+        f"{level:.0%} t half-width over seeds). Phase columns: mean over seeds of each run's median seconds "
+        "per iteration spent in that phase (0 where a method has no such phase); medians of phases need not "
+        "add up to the median of the totals."), display=pd.DataFrame(display_rows)))
+    outputs.append(_phase_figure(tables, phase_med, phases))
+    return outputs
+
+
+def mean_ci_from(row: dict, prefix: str):
+    from solbench.report.stats import CI
+
+    return CI(row[f"{prefix}_s"], row[f"{prefix}_lo"], row[f"{prefix}_hi"], 0)
+
+
+def _phase_order(phases) -> list[str]:
+    phases = list(phases)
+    return [p for p in PHASE_ORDER if p in phases] + sorted(p for p in phases if p not in PHASE_ORDER)
+
+
+def _phase_figure(tables: Tables, phase_med: pd.DataFrame, phases: list[str]) -> Figure:
+    models = sorted(phase_med["model"].unique())
+    fig = new_figure(max(5.0, 1.6 + 1.1 * phase_med["arm"].nunique()) * min(len(models), 2), 4.2)
+    axes = fig.subplots(1, len(models), squeeze=False)[0]
+    plotted = []
+    for ax, model in zip(axes, models):
+        pm = phase_med[phase_med["model"] == model].groupby(["arm", "phase"])["seconds"].mean().unstack(fill_value=0.0)
+        arms = [a for a in tables.arm_order(tables.done_runs) if a in pm.index]
+        pm = pm.reindex(arms)
+        bottom = np.zeros(len(arms))
+        for i, phase in enumerate(phases):
+            values = pm[phase].values if phase in pm else np.zeros(len(arms))
+            ax.bar(range(len(arms)), values, bottom=bottom, color=phase_colour(phase, i), label=phase,
+                   edgecolor="white", linewidth=0.5)
+            bottom += values
+        for x, total in enumerate(bottom):
+            ax.text(x, total, f"{total:.3g}s", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(arms)), [_wrap(a) for a in arms], fontsize=8)
+        ax.set_ylabel("seconds per iteration (median)")
+        ax.set_title(f"{model}: per-phase time per iteration", fontsize=10)
+        ax.set_ylim(0, max(bottom.max() * 1.15, 1e-9))
+        ax.grid(axis="y", alpha=0.3)
+        plotted.append(pm.reset_index().melt(id_vars="arm", var_name="phase", value_name="seconds").assign(model=model))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8, title="phase")
+    return Figure("timing_phases_chart", "Per-phase time per iteration (stacked)", fig, (
+        "Measured. Stacked bars: mean over seeds of each run's median seconds per iteration in each phase, "
+        f"after {tables.options.warmup} warm-up iteration(s); evaluation excluded. The paper's Table 5 splits "
+        "the same iteration into rollout (explore/select/regenerate or rollout, plus reward) and the rest (train, sync)."),
+        data=pd.concat(plotted, ignore_index=True))
+
+
+def _wrap(label: str, width: int = 14) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(label, width)) or label

@@ -1,0 +1,357 @@
+"""One training run: build everything from a RunConfig, iterate, evaluate, checkpoint, record.
+
+``train_run(cfg, store)`` is what the launcher calls. It builds the model adapter, the rewards, the
+networks by role (PolicyNets), the engine and the method, then runs ``cfg.iterations`` iterations::
+
+    prompts  <- drawn from the train set by (seed, step): identical for every method
+    batch    <- method.collect(engine, prompts, it)              engine phases: explore/select/regenerate/rollout/reward
+    for chunk in method.chunks(batch, it):                       phase "train"
+        loss <- method.loss(engine, chunk); NaN/inf -> NonFiniteLossError
+        backward(loss * chunk.weight / micro-batches per step)
+        after every grad_accum micro-batches (and the last): clip, AdamW step, EMA step
+    method.after_update(nets, step)                              e.g. the old-policy EMA
+    engine.sync_explore_copy()                                   phase "sync" (methods with an explore copy)
+
+Evaluation runs at step 0 (the base model), every ``cfg.eval.every`` iterations and at the end: the
+EMA weights (or the policy) sample the fixed eval prompts x seeds (noise stream "eval") with an
+Euler ODE of ``eval_steps`` steps, identical for every method, scored by ``cfg.eval.rewards``.
+
+Rows go to the run's tables (metrics, timings, candidates) after every iteration, TensorBoard
+scalars to run_dir/tb and a sample grid per evaluation to run_dir/samples. A checkpoint holds
+everything needed to continue bit for bit: trainable weights of every role, optimizer, method
+state, RNG states, step, wall-clock and images seen. On start, the newest checkpoint is loaded and
+rows after its step are dropped first, so a resumed run neither loses nor duplicates rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from solbench.config import RunConfig
+from solbench.engine import Engine
+from solbench.errors import ConfigError, NonFiniteLossError
+from solbench.method import Batch, Chunk, Iteration, Method, RunInfo, get_method, validate_method_config
+from solbench.noise import noise_seed
+from solbench.policy import PolicyNets
+from solbench.sampling import SamplerSpec
+from solbench.timing import PhaseTimer
+
+log = logging.getLogger(__name__)
+
+ExploreFns = tuple[Callable[[nn.Module], nn.Module], Callable[[nn.Module, nn.Module], None]]
+
+
+def train_run(cfg: RunConfig, store, *, progress=None) -> dict:
+    """Run (or resume) one training run; returns a summary dict (final eval metrics, step, wall_s)."""
+    return Trainer(cfg, store, progress=progress).run()
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device: {name!r} requested but CUDA is not available here")
+    return torch.device(name)
+
+
+def quant_explore_fns(quant_cfg) -> ExploreFns:
+    """(factory, sync) for the explore copy from the run's quantization recipe (solbench.quant).
+
+    Backend "auto" tries TransformerEngine and, only with allow_emulated_fallback, falls back to
+    the emulated quantizer; "emulated" and "te" are used as given.
+    """
+    from solbench import quant
+
+    recipe = quant.get_recipe(quant_cfg.recipe)
+    backend = "te" if quant_cfg.backend == "auto" else quant_cfg.backend
+
+    def factory(module: nn.Module) -> nn.Module:
+        try:
+            return quant.quantized_copy(module, recipe.replace(backend=backend))
+        except quant.BackendUnavailableError:
+            if backend == "emulated" or not quant_cfg.allow_emulated_fallback:
+                raise
+            log.warning("quant backend %s unavailable here: emulating %s", backend, recipe.name)
+            return quant.quantized_copy(module, recipe.replace(backend="emulated"))
+
+    def sync(explore: nn.Module, source: nn.Module) -> None:
+        quant.sync_weights(explore, source)
+
+    return factory, sync
+
+
+def _seeded_generator(run_seed: int, purpose: str, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(noise_seed(run_seed, purpose, str(step), 0))
+
+
+def _lookahead(items: Iterator[Chunk]) -> Iterator[tuple[Chunk, Chunk | None]]:
+    """(item, next item or None) pairs, so the caller knows where a micro-batch ends."""
+    current = next(items, None)
+    while current is not None:
+        upcoming = next(items, None)
+        yield current, upcoming
+        current = upcoming
+
+
+class Trainer:
+    """The state of one run; ``run()`` drives it. ``explore`` overrides the explore-copy functions
+    (tests use an identity copy to check Sol-RL's invariants)."""
+
+    def __init__(self, cfg: RunConfig, store, *, progress=None, explore: ExploreFns | None = None) -> None:
+        from solbench.models import build_adapter
+        from solbench import rewards as reward_registry
+        from solbench.world.prompts import load_prompt_set
+
+        for name, value in (("eval.every", cfg.eval.every), ("checkpoint_every", cfg.checkpoint_every),
+                            ("iterations", cfg.iterations), ("prompts_per_iter", cfg.prompts_per_iter)):
+            if value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        self.cfg = cfg
+        self.store = store
+        self.progress = progress
+        self.device = resolve_device(cfg.device)
+        _seed_everything(cfg.seed)  # LoRA's initial A matrices come from the global RNG
+
+        method_cls = get_method(cfg.method)
+        method_config = validate_method_config(cfg.method, cfg.method_config)
+        self.method: Method = method_cls(method_config, RunInfo(
+            prompts_per_iter=cfg.prompts_per_iter, steps=cfg.sampling.steps, shift=cfg.sampling.shift,
+            guidance=cfg.sampling.guidance, finetune_mode=cfg.finetune.mode, world_size=cfg.world_size))
+
+        self.adapter = build_adapter(cfg.model, self.device)
+        uses_explore = "explore" in method_cls.nets
+        factory, sync = (explore or quant_explore_fns(cfg.quant)) if uses_explore else (None, None)
+        self.nets = PolicyNets(self.adapter.transformer, cfg.finetune, method_cls.nets,
+                               explore_source=method_cls.rollout_net, explore_factory=factory, explore_sync=sync)
+        self.timer = PhaseTimer()
+        self.engine = Engine(self.adapter, self.nets, reward_registry.RewardSet(cfg.rewards, self.device),
+                             self.timer, cfg.seed, self.device,
+                             explore_recipe=(cfg.quant.recipe if explore is None else "identity") if uses_explore else None)
+        self.params = self.nets.trainable("policy")
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.finetune.lr, betas=tuple(cfg.finetune.adam_betas),
+                                           weight_decay=cfg.finetune.weight_decay)
+
+        self.train_prompts = load_prompt_set(cfg.train_prompts)
+        if cfg.prompts_per_iter > len(self.train_prompts):
+            raise ConfigError(f"prompts_per_iter={cfg.prompts_per_iter} exceeds the {len(self.train_prompts)} "
+                              f"prompts of {cfg.train_prompts!r}")
+        eval_prompts = load_prompt_set(cfg.eval.prompts)
+        self.eval_prompts = eval_prompts[: cfg.eval.n_prompts] if cfg.eval.n_prompts else eval_prompts
+        self.eval_rewards = {name: reward_registry.get(name, self.device) for name in cfg.eval.rewards}
+
+        self.step = 0
+        self.wall_s = 0.0
+        self.images_seen = 0
+        self._writer = None
+
+    # -- the run ------------------------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg = self.cfg
+        resumed = self.store.latest_checkpoint()
+        if resumed is not None:
+            step, state = resumed
+            self.store.truncate_after(step)
+            self.load_state_dict(state)
+            log.info("%s: resumed from the checkpoint of step %d", self.store.run_id, step)
+        else:
+            self.store.truncate_after(-1)
+            self.evaluate()  # step 0: the base model
+        final_eval: dict[str, float] = {}
+        while self.step < cfg.iterations:
+            self.step += 1
+            self.train_iteration()
+            if self.step % cfg.eval.every == 0 or self.step == cfg.iterations:
+                final_eval = self.evaluate()
+            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.iterations:
+                self.store.save_checkpoint(self.step, self.state_dict())
+        if self._writer is not None:
+            self._writer.close()
+        return {"step": self.step, "wall_s": self.wall_s, "images_seen": self.images_seen, "eval": final_eval}
+
+    def draw_prompts(self, step: int) -> list:
+        """The prompt groups of iteration ``step``: a pure function of (run seed, step)."""
+        order = torch.randperm(len(self.train_prompts), generator=_seeded_generator(self.cfg.seed, "prompts", step))
+        return [self.train_prompts[i] for i in order[: self.cfg.prompts_per_iter].tolist()]
+
+    def train_iteration(self) -> None:
+        step = self.step
+        self.timer.step = step
+        start = time.perf_counter()
+        records = self.draw_prompts(step)
+        it = Iteration(step=step, stream=f"train/{step}", generator=_seeded_generator(self.cfg.seed, "method", step))
+        batch = self.method.collect(self.engine, [r.id for r in records], [r.text for r in records], it)
+        with self.engine.phase("train", precision="full"):
+            stats = self.optimize(batch, it)
+        self.method.after_update(self.nets, step)
+        if "explore" in self.nets:
+            self.engine.sync_explore_copy()
+        self.wall_s += time.perf_counter() - start
+        self.images_seen += batch.n_images
+        self.record_iteration(batch, stats)
+
+    def optimize(self, batch: Batch, it: Iteration) -> dict[str, float]:
+        """Backward over the method's chunks with accumulation; optimizer and EMA steps; NaN checks."""
+        accum = max(1, int(self.cfg.finetune.grad_accum))
+        self.optimizer.zero_grad(set_to_none=True)
+        logs: dict[str, list[float]] = defaultdict(list)
+        micro_losses: list[float] = []
+        grad_norms: list[float] = []
+        micro_loss = 0.0
+        done = 0
+        for chunk, upcoming in _lookahead(iter(self.method.chunks(batch, it))):
+            loss, chunk_logs = self.method.loss(self.engine, chunk)
+            if not torch.isfinite(loss).all():
+                raise NonFiniteLossError(
+                    f"{self.cfg.method}: loss is {float(loss.detach())} at step {self.step}, micro-batch "
+                    f"{chunk.micro_batch} of {chunk.n_micro_batches} (run {self.store.run_id}); "
+                    "stopping instead of zeroing it")
+            group_start = (chunk.micro_batch // accum) * accum
+            per_step = min(accum, chunk.n_micro_batches - group_start)
+            (loss * (chunk.weight / per_step)).backward()
+            micro_loss += float(loss.detach()) * chunk.weight
+            for key, value in chunk_logs.items():
+                logs[key].append(value)
+            if upcoming is not None and upcoming.micro_batch == chunk.micro_batch:
+                continue
+            micro_losses.append(micro_loss)
+            micro_loss = 0.0
+            done += 1
+            if done % accum and upcoming is not None:
+                continue
+            grad_norms.append(self.optimizer_step(chunk))
+        stats = {key: float(np.mean(values)) for key, values in logs.items()}
+        stats["loss"] = float(np.mean(micro_losses)) if micro_losses else math.nan
+        stats["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else math.nan
+        stats["optimizer_steps"] = float(len(grad_norms))
+        stats["lr"] = float(self.optimizer.param_groups[0]["lr"])
+        return stats
+
+    def optimizer_step(self, chunk: Chunk) -> float:
+        clip = self.cfg.finetune.grad_clip
+        norm = torch.nn.utils.clip_grad_norm_(self.params, clip if clip and clip > 0 else math.inf)
+        if not torch.isfinite(norm):
+            raise NonFiniteLossError(
+                f"{self.cfg.method}: gradient norm is {float(norm)} at step {self.step}, after micro-batch "
+                f"{chunk.micro_batch} (run {self.store.run_id}); stopping instead of skipping the update")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.nets.ema_step()
+        return float(norm)
+
+    # -- evaluation ---------------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        """Sample the fixed eval prompts x seeds with the EMA (or policy) weights and score them."""
+        cfg = self.cfg
+        self.timer.step = self.step
+        seeds = cfg.eval.seeds_per_prompt
+        ids = [r.id for r in self.eval_prompts for _ in range(seeds)]
+        texts = [r.text for r in self.eval_prompts for _ in range(seeds)]
+        skills = [r.skill for r in self.eval_prompts for _ in range(seeds)]
+        cand = [s for _ in self.eval_prompts for s in range(seeds)]
+        net = "ema" if cfg.eval.use_ema else "policy"
+        sampler = SamplerSpec("euler", cfg.sampling.eval_steps, guidance=cfg.sampling.guidance, shift=cfg.sampling.shift)
+        rollout = self.engine.sample(ids, texts, cand, net=net, sampler=sampler, phase="eval", stream="eval")
+        metrics: dict[str, float] = {}
+        with self.engine.phase("eval", precision="full", n_images=len(ids)):
+            for name, reward in self.eval_rewards.items():
+                scores = reward(rollout.images, texts).double()
+                metrics[name] = float(scores.mean())
+                for skill in sorted(set(skills)):
+                    mask = torch.tensor([s == skill for s in skills])
+                    metrics[f"{name}/{skill}"] = float(scores[mask].mean())
+        self.store.append("metrics", [self._metric_row("eval", k, v) for k, v in metrics.items()])
+        self._flush_timings()
+        writer = self.writer()
+        for key, value in metrics.items():
+            writer.add_scalar(f"eval/{key}", value, self.step)
+        n_grid = min(cfg.eval.grid_prompts, len(self.eval_prompts)) * seeds
+        self._save_grid(rollout.images[:n_grid], columns=seeds)
+        if self.progress:
+            self.progress(self.store.run_id, self.step, "eval", metrics)
+        return metrics
+
+    def _save_grid(self, images: torch.Tensor, columns: int) -> None:
+        from PIL import Image
+
+        if images.numel() == 0:
+            return
+        b, c, h, w = images.shape
+        rows = math.ceil(b / columns)
+        grid = torch.zeros(c, rows * h, columns * w)
+        for i in range(b):
+            r, col = divmod(i, columns)
+            grid[:, r * h:(r + 1) * h, col * w:(col + 1) * w] = images[i].float().cpu()
+        array = (grid.clamp(0, 1).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+        path = Path(self.store.run_dir) / "samples" / f"eval_step_{self.step:06d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(array).save(path)
+
+    # -- records ------------------------------------------------------------------------------------
+    def _metric_row(self, split: str, metric: str, value: float) -> dict[str, Any]:
+        return {"step": self.step, "split": split, "metric": metric, "value": value,
+                "images_seen": self.images_seen, "wall_s": self.wall_s}
+
+    def _flush_timings(self) -> None:
+        rows = [r.row() for r in self.timer.drain()]
+        for row in rows:
+            row["step"] = self.step
+        self.store.append("timings", rows)
+
+    def record_iteration(self, batch: Batch, stats: dict[str, float]) -> None:
+        metrics = {**batch.logs, **stats}
+        self.store.append("metrics", [self._metric_row("train", k, v) for k, v in metrics.items()])
+        self.store.append("candidates", [{"step": self.step, **c.row()} for c in batch.candidates])
+        self._flush_timings()
+        writer = self.writer()
+        for key, value in metrics.items():
+            if math.isfinite(value):
+                writer.add_scalar(f"train/{key}", value, self.step)
+        if self.progress:
+            self.progress(self.store.run_id, self.step, "train", metrics)
+
+    def writer(self):
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(Path(self.store.run_dir) / "tb"))
+        return self._writer
+
+    # -- checkpoints --------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {"step": self.step, "wall_s": self.wall_s, "images_seen": self.images_seen,
+                "nets": self.nets.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "method": self.method.state_dict(), "rng": rng, "run_id": self.store.run_id}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
+        self.wall_s = float(state["wall_s"])
+        self.images_seen = int(state["images_seen"])
+        self.nets.load_state_dict(state["nets"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.method.load_state_dict(state["method"])
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

@@ -1,0 +1,113 @@
+"""Prompt sets: fixed, versioned lists of prompts (JSONL in solbench/world/prompts/) and their loader.
+
+The shapes world ships three disjoint sets built from the whole grammar by `build_shapes_splits`:
+"shapes/train" (RL training prompts), "shapes/eval" (evaluation during runs, for tuning) and
+"shapes/heldout" (final numbers, never tuned on). Splits are disjoint up to wording: "A and B" and
+"B and A", or "A left of B" and "B right of A", count as one prompt group, and each group appears
+once (in one random wording) in at most one split. eval and heldout have the same number of prompts
+per skill (EVAL_PER_SKILL), so per-skill accuracies are comparable; the remaining groups are train
+(position capped at TRAIN_CAP_PER_SKILL). Pretraining (scripts/pretrain_tiny.py) draws from the whole grammar, like a base model that
+has seen every kind of caption; the splits exist for RL.
+
+`load_prompt_set` also reads any .txt file (one prompt per line) or .jsonl file (records with
+"text" and optional "id", "skill"), e.g. the PickScore prompt split on a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from solbench.errors import ConfigError
+
+SPLIT_VERSION = 1  # bump when the split rule or the grammar changes (the files record it)
+SPLITS = ("train", "eval", "heldout")
+EVAL_PER_SKILL = {"single_object": 3, "counting": 9, "color_attr": 9, "position": 12}  # eval and heldout each
+# Position has 264 prompt groups, the other skills 12-36: capping its share of train keeps RL
+# training from being 90% position prompts. Its remaining groups stay unused.
+TRAIN_CAP_PER_SKILL = {"position": 48}
+SPLIT_SEED = 20240601
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    id: str
+    text: str
+    skill: str | None = None
+
+
+def _prompt_dir() -> Path:
+    return Path(str(resources.files("solbench.world") / "prompts"))
+
+
+def build_shapes_splits(seed: int = SPLIT_SEED) -> dict[str, list[PromptRecord]]:
+    """The shapes splits, computed from the grammar (the shipped files are this function's output)."""
+    from solbench.world.grammar import SKILLS, caption, enumerate_requirements
+
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[PromptRecord]] = {s: [] for s in SPLITS}
+    for skill in SKILLS:
+        groups: dict[tuple, list] = {}
+        for req in enumerate_requirements(skill):
+            groups.setdefault(req.canonical_key(), []).append(req)
+        keys = list(groups)
+        order = rng.permutation(len(keys))
+        n = EVAL_PER_SKILL[skill]
+        for rank, idx in enumerate(order):
+            split = "eval" if rank < n else "heldout" if rank < 2 * n else "train"
+            if split == "train" and rank - 2 * n >= TRAIN_CAP_PER_SKILL.get(skill, len(keys)):
+                continue
+            forms = groups[keys[idx]]  # one wording per group, drawn at random
+            out[split].append(PromptRecord("", caption(forms[int(rng.integers(len(forms)))]), skill))
+    for split, records in out.items():
+        out[split] = [PromptRecord(f"{split}-{i:04d}", r.text, r.skill) for i, r in enumerate(records)]
+    return out
+
+
+def write_shapes_splits(folder: Path | None = None) -> None:
+    """Regenerate the shipped JSONL files (run after changing the grammar; bump SPLIT_VERSION)."""
+    folder = folder or _prompt_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, records in build_shapes_splits().items():
+        with open(folder / f"shapes_{split}.jsonl", "w") as fh:
+            for r in records:
+                fh.write(json.dumps({"id": r.id, "text": r.text, "skill": r.skill, "version": SPLIT_VERSION}) + "\n")
+
+
+def _read_jsonl(path: Path) -> list[PromptRecord]:
+    records = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            text = obj["text"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ConfigError(f"{path}:{lineno}: expected a JSON object with a 'text' field ({err})") from None
+        records.append(PromptRecord(str(obj.get("id", f"{path.stem}-{lineno - 1:05d}")), text, obj.get("skill")))
+    return records
+
+
+def load_prompt_set(name_or_path: str | Path) -> list[PromptRecord]:
+    """Prompts of a named set ("shapes/train", "shapes/eval", "shapes/heldout") or of a file."""
+    name = str(name_or_path)
+    if name.startswith("shapes/"):
+        split = name.split("/", 1)[1]
+        if split not in SPLITS:
+            raise ConfigError(f"unknown prompt set {name!r}; known: {', '.join('shapes/' + s for s in SPLITS)}")
+        return _read_jsonl(_prompt_dir() / f"shapes_{split}.jsonl")
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise ConfigError(
+            f"prompt set {name!r} is neither a named set (shapes/train, shapes/eval, shapes/heldout) nor a file"
+        )
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path)
+    if path.suffix == ".txt":
+        lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+        return [PromptRecord(f"{path.stem}-{i:05d}", text) for i, text in enumerate(lines)]
+    raise ConfigError(f"prompt file {path} must end in .txt (one prompt per line) or .jsonl")

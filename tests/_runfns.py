@@ -1,0 +1,104 @@
+"""Small run functions for the launcher tests, importable by name inside Slurm jobs.
+
+They follow the trainer's contract (``fn(cfg, store, progress=None) -> dict``): resume from
+``store.latest_checkpoint()`` after ``store.truncate_after``, write a step's rows before its
+checkpoint, and draw their "training" numbers from a generator whose state is checkpointed, so an
+interrupted and resumed run must produce exactly the rows of an uninterrupted one.
+
+Knobs come from the environment (Slurm jobs inherit the submitter's): SOLBENCH_TEST_STEP_S, seconds
+slept per step (default 0).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from solbench.config import RunConfig
+from solbench.results import RunStore
+
+
+def counting_run(cfg: RunConfig, store: RunStore, progress=None) -> dict:
+    step_s = float(os.environ.get("SOLBENCH_TEST_STEP_S", "0"))
+    resumed = store.latest_checkpoint()
+    if resumed is None:
+        start, generator = 1, torch.Generator().manual_seed(cfg.seed)
+        store.truncate_after(-1)  # a restart from nothing must not keep rows of an earlier attempt
+        store.append("metrics", [{"step": 0, "split": "eval", "metric": "reward", "value": 0.0,
+                                  "images_seen": 0, "wall_s": 0.0}])
+    else:
+        last, state = resumed
+        store.truncate_after(last)
+        start, generator = last + 1, torch.Generator()
+        generator.set_state(state["rng"])
+    with open(store.run_dir / "starts.txt", "a") as handle:  # evidence of each (re)start, for the tests
+        handle.write(f"{start}\n")
+    for step in range(start, cfg.iterations + 1):
+        if progress is not None:
+            progress(store.run_id, step, "rollout", {})
+        time.sleep(step_s)
+        value = float(torch.rand((), generator=generator))
+        store.append("metrics", [{"step": step, "split": "train", "metric": "reward", "value": value,
+                                  "images_seen": 4 * step, "wall_s": step * step_s}])
+        store.append("timings", [{"step": step, "phase": "rollout", "precision": "full", "seconds": step_s,
+                                  "n_images": 4, "flops": None}])
+        if progress is not None:
+            progress(store.run_id, step, "train", {"reward": value})
+        store.save_checkpoint(step, {"rng": generator.get_state()})
+    return {"steps": cfg.iterations}
+
+
+def crash_on_seed_1(cfg: RunConfig, store: RunStore, progress=None) -> dict:
+    """Like counting_run, but the run with seed 1 crashes after writing its first row."""
+    if cfg.seed == 1:
+        store.append("metrics", [{"step": 0, "split": "eval", "metric": "reward", "value": 0.0,
+                                  "images_seen": 0, "wall_s": 0.0}])
+        raise ValueError("boom: seed 1 always crashes")
+    return counting_run(cfg, store, progress)
+
+
+def curve_value(cfg: RunConfig, step: int) -> float:
+    """The eval reward ``eval_curve_run`` writes at ``step``: a straight line from 0 to its quality,
+    quality = n/16 + k/100 + seed/1000 (method axes a method lacks count as 0)."""
+    mc = cfg.method_config
+    quality = mc.get("n", 0) / 16 + mc.get("k", 0) / 100 + cfg.seed / 1000
+    return quality * step / cfg.iterations
+
+
+def eval_curve_run(cfg: RunConfig, store: RunStore, progress=None) -> dict:
+    """A run with a known eval curve for sweep tests: eval rows of ``shapes_geneval`` (``curve_value``)
+    at step 0, every ``cfg.eval.every`` steps and at the end, ``wall_s`` = 1 s per step (recorded, not
+    slept), a checkpoint per step; resumes from its checkpoint. SOLBENCH_TEST_STEP_S: real seconds
+    slept per step; SOLBENCH_TEST_INTERRUPT_AT=s: a first attempt raises KeyboardInterrupt after the
+    checkpoint of step s (as Ctrl-C would), a resumed one does not."""
+    step_s = float(os.environ.get("SOLBENCH_TEST_STEP_S", "0"))
+    interrupt_at = int(os.environ.get("SOLBENCH_TEST_INTERRUPT_AT", "-1"))
+    resumed = store.latest_checkpoint()
+    start = 1 if resumed is None else resumed[0] + 1
+    store.truncate_after(start - 1)
+
+    def evaluate(step: int) -> None:
+        value = curve_value(cfg, step)
+        store.append("metrics", [{"step": step, "split": "eval", "metric": "shapes_geneval", "value": value,
+                                  "images_seen": 4 * step, "wall_s": float(step)}])
+        if progress is not None:
+            progress(store.run_id, step, "eval", {"shapes_geneval": value})
+
+    with open(store.run_dir / "starts.txt", "a") as handle:
+        handle.write(f"{start}\n")
+    if resumed is None:
+        evaluate(0)
+    for step in range(start, cfg.iterations + 1):
+        time.sleep(step_s)
+        store.append("metrics", [{"step": step, "split": "train", "metric": "loss", "value": 1.0 / step,
+                                  "images_seen": 4 * step, "wall_s": float(step)}])
+        if progress is not None:
+            progress(store.run_id, step, "train", {})
+        if step % cfg.eval.every == 0 or step == cfg.iterations:
+            evaluate(step)
+        store.save_checkpoint(step, {"step": step})
+        if step == interrupt_at and resumed is None:
+            raise KeyboardInterrupt
+    return {"steps": cfg.iterations}

@@ -1,0 +1,319 @@
+"""`solbench doctor`: the check functions on this CPU machine and on fake GPUs, and the command."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from solbench import doctor
+from solbench.doctor import FAIL, INFO, OK, WARN
+
+GIB = 2**30
+
+
+class FakeCuda:
+    """A torch.cuda stand-in: devices given as (name, (major, minor), free GiB, total GiB)."""
+
+    def __init__(self, *devices):
+        self.devices = list(devices)
+
+    def is_available(self):
+        return bool(self.devices)
+
+    def device_count(self):
+        return len(self.devices)
+
+    def get_device_name(self, i):
+        return self.devices[i][0]
+
+    def get_device_capability(self, i):
+        return self.devices[i][1]
+
+    def mem_get_info(self, i):
+        return self.devices[i][2] * GIB, self.devices[i][3] * GIB
+
+
+H100 = ("NVIDIA H100 80GB HBM3", (9, 0), 79.0, 80.0)
+B200 = ("NVIDIA B200", (10, 0), 178.0, 180.0)
+SMALL_B200 = ("NVIDIA B200", (10, 0), 30.0, 180.0)
+
+
+def _cache(tmp_path, files: dict[str, list[str]]):
+    """A Hugging Face hub cache holding the given files (empty content) for each repo id."""
+    for repo, names in files.items():
+        root = tmp_path / f"models--{repo.replace('/', '--')}"
+        (root / "refs").mkdir(parents=True, exist_ok=True)
+        (root / "refs" / "main").write_text("abc123")
+        for name in names:
+            path = root / "snapshots" / "abc123" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
+    return tmp_path
+
+
+def _all_reward_files():
+    from solbench.rewards.real import WEIGHTS
+
+    out: dict[str, list[str]] = {}
+    for sources in WEIGHTS.values():
+        for s in sources:
+            out.setdefault(s.repo_id, []).extend(f.split("|")[0] for f in s.files)
+    return out
+
+
+def _spec(tmp_path, body: str):
+    path = tmp_path / "spec.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+FLUX_SPEC = """
+    name: flux_check
+    launch: local
+    base:
+      model: {name: flux}
+      rewards: {pickscore: 1.0}
+      quant: {recipe: nvfp4_flux, backend: %s}
+      eval: {rewards: [imagereward, hpsv2]}
+    matrix:
+      method: [sol_rl]
+"""
+
+
+# ------------------------------------------------------------------------------------------------
+# Hardware
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cap, nvfp4, fp8, bf16", [
+    ((10, 0), True, True, True), ((10, 3), True, True, True), ((12, 0), True, True, True),
+    ((9, 0), False, True, True), ((8, 9), False, True, True), ((8, 0), False, False, True),
+    ((8, 6), False, False, True), ((7, 5), False, False, False),
+])
+def test_native_formats_by_compute_capability(cap, nvfp4, fp8, bf16):
+    formats = doctor.native_formats(*cap)
+    assert ("NVFP4" in formats, "FP8" in formats, "BF16" in formats) == (nvfp4, fp8, bf16)
+
+
+def test_recipe_format():
+    assert doctor.recipe_format("nvfp4_flux") == "NVFP4"
+    assert doctor.recipe_format("mxfp4_tiny") == "MXFP4"
+    assert doctor.recipe_format("fp8_sd3") == "FP8"
+    assert doctor.recipe_format("bf16") is None
+
+
+def test_check_gpus_on_this_machine_matches_torch():
+    rows = doctor.check_gpus()
+    if torch.cuda.is_available():
+        assert [r.item for r in rows] == [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    else:
+        assert len(rows) == 1 and rows[0].status == WARN and rows[0].detail.startswith("none")
+        if torch.version.cuda is None:
+            assert "no CUDA build" in rows[0].detail
+
+
+def test_check_gpus_without_gpu_says_so():
+    rows = doctor.check_gpus(FakeCuda())
+    assert [(r.item, r.status) for r in rows] == [("GPU", WARN)]
+    assert "emulated" in rows[0].detail
+
+
+def test_check_gpus_reports_capability_formats_and_memory():
+    rows = doctor.check_gpus(FakeCuda(H100, B200))
+    assert [r.item for r in rows] == ["cuda:0", "cuda:1"] and all(r.status == OK for r in rows)
+    assert "sm_90" in rows[0].detail and "native FP8+BF16" in rows[0].detail and "79/80 GiB free" in rows[0].detail
+    assert "sm_100" in rows[1].detail and "native NVFP4+MXFP4+FP8+BF16" in rows[1].detail
+
+
+# ------------------------------------------------------------------------------------------------
+# Packages
+# ------------------------------------------------------------------------------------------------
+
+
+def _te_row(rows):
+    return next(r for r in rows if r.item == "transformer-engine")
+
+
+def test_packages_transformer_engine_required_only_by_native_backends(monkeypatch):
+    real_version = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda d: None if "transformer" in d and "engine" in d else real_version(d))
+    monkeypatch.setattr(doctor.importlib.util, "find_spec", lambda name: None)
+    assert _te_row(doctor.check_packages(cuda_available=False)).status == WARN
+    row = _te_row(doctor.check_packages(cuda_available=True, need_te=True))
+    assert row.status == FAIL and "[gpu]" in row.fix
+    rows = doctor.check_packages(cuda_available=False)
+    assert next(r for r in rows if r.item == "torch").detail.startswith(torch.__version__)
+    assert next(r for r in rows if r.item == "transformers").status == OK
+
+
+def test_packages_installed_te_without_cuda_cannot_be_imported(monkeypatch):
+    monkeypatch.setattr(doctor, "_version", lambda d: "2.8.0" if "engine" in d else "1.0")
+    assert _te_row(doctor.check_packages(cuda_available=False)).status == INFO
+    assert _te_row(doctor.check_packages(cuda_available=False, need_te=True)).status == FAIL
+
+
+# ------------------------------------------------------------------------------------------------
+# Weights
+# ------------------------------------------------------------------------------------------------
+
+
+def test_file_present_in_local_dir_and_hub_cache(tmp_path):
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "b.bin").write_text("x")
+    assert doctor.file_present(str(local), "a.safetensors|b.bin") == str(local / "b.bin")
+    assert doctor.file_present(str(local), "a.safetensors") is None
+    cache = _cache(tmp_path / "hub", {"org/model": ["sub/file.json"]})
+    hit = doctor.file_present("org/model", "sub/file.json", cache_dir=cache)
+    assert hit is not None and hit.endswith("sub/file.json")
+    assert doctor.file_present("org/model", "other.json", cache_dir=cache) is None
+    assert doctor.file_present("org/absent", "sub/file.json", cache_dir=cache) is None
+
+
+def test_reward_weights_present_missing_and_embedded(tmp_path):
+    files = _all_reward_files()
+    del files["openai/clip-vit-large-patch14"]
+    cache = _cache(tmp_path, files)
+    rows = {r.item: r for r in doctor.check_reward_weights(
+        ["pickscore", "hpsv2", "imagereward", "clipscore", "shapes_geneval"], required=True, cache_dir=cache)}
+    assert rows["pickscore"].status == rows["hpsv2"].status == rows["imagereward"].status == OK
+    assert rows["shapes_geneval"].status == OK and "embedded" in rows["shapes_geneval"].detail
+    clip = rows["clipscore"]
+    assert clip.status == FAIL and "openai/clip-vit-large-patch14" in clip.detail
+    assert clip.fix.startswith("hf download openai/clip-vit-large-patch14")
+    assert doctor.check_reward_weights(["clipscore"], cache_dir=cache)[0].status == WARN  # not required
+
+
+def test_model_weights_gated_missing_and_local_directory(tmp_path):
+    rows = {r.item: r for r in doctor.check_model_weights({"flux": None, "tiny": None}, required=True,
+                                                           cache_dir=tmp_path)}
+    assert rows["tiny"].status == OK
+    assert rows["flux"].status == FAIL and "Gated" in rows["flux"].detail
+    assert rows["flux"].fix == "hf download black-forest-labs/FLUX.1-dev"
+    local = tmp_path / "sana"
+    for name in ("model_index.json", "transformer/config.json", "transformer/diffusion_pytorch_model.safetensors",
+                 "vae/config.json"):
+        (local / name).parent.mkdir(parents=True, exist_ok=True)
+        (local / name).write_text("{}")
+    ok = doctor.check_model_weights({"sana": str(local)}, required=True, cache_dir=tmp_path)[0]
+    assert ok.status == OK and str(local) in ok.detail
+    (local / "vae/config.json").unlink()
+    bad = doctor.check_model_weights({"sana": str(local)}, required=True, cache_dir=tmp_path)[0]
+    assert bad.status == FAIL and "vae/config.json" in bad.detail and str(local) in bad.fix
+
+
+def test_model_table_agrees_with_flops_table():
+    from solbench.flops import REAL_MODELS
+
+    assert {k: v.hub_id for k, v in REAL_MODELS.items()} == {k: v.repo_id for k, v in doctor.MODEL_WEIGHTS.items()}
+
+
+# ------------------------------------------------------------------------------------------------
+# Spec needs and memory
+# ------------------------------------------------------------------------------------------------
+
+
+def _check_flux_needs(needs, native):
+    assert set(needs.models) == {"flux"}
+    assert needs.rewards == {"pickscore", "imagereward", "hpsv2"}
+    assert needs.formats == {"NVFP4"} and needs.native is native and needs.gpu
+
+
+@pytest.mark.parametrize("backend, native", [("te", True), ("emulated", False)])
+def test_spec_needs_minimal_yaml_reading(tmp_path, monkeypatch, backend, native):
+    import solbench.spec
+
+    def refuse(path, **kw):
+        raise ImportError("simulated: spec module unusable")
+
+    monkeypatch.setattr(solbench.spec, "load_spec", refuse)
+    needs = doctor.spec_needs(_spec(tmp_path, FLUX_SPEC % backend))
+    _check_flux_needs(needs, native)
+    assert needs.notes and "minimally" in needs.notes[0]
+
+
+def test_spec_needs_through_the_spec_module_or_fallback(tmp_path):
+    needs = doctor.spec_needs(_spec(tmp_path, FLUX_SPEC % "te"))
+    _check_flux_needs(needs, True)
+
+
+def test_spec_needs_matrix_of_models(tmp_path, monkeypatch):
+    import solbench.spec
+
+    monkeypatch.setattr(solbench.spec, "load_spec", lambda *a, **k: (_ for _ in ()).throw(ImportError("x")))
+    path = _spec(tmp_path, """
+        name: models
+        base: {rewards: {clipscore: 1.0}, world_size: 8}
+        matrix: {model: [flux, sana], method: [sol_rl]}
+    """)
+    needs = doctor.spec_needs(path)
+    assert set(needs.models) == {"flux", "sana"} and needs.world_size == 8 and needs.rewards == {"clipscore"}
+
+
+def test_memory_estimates_and_rows():
+    needs = doctor.SpecNeeds(models={"flux": None}, rewards={"pickscore"}, formats={"NVFP4"}, gpu=True)
+    mw = doctor.MODEL_WEIGHTS["flux"]
+    expected = (mw.transformer_b + mw.frozen_b) * 2 + mw.transformer_b * 4.5 / 8 + mw.activations_gb + 0.99 * 4
+    assert doctor.estimate_gpu_gb(needs) == pytest.approx(expected, abs=0.06)
+    assert doctor.estimate_gpu_gb(doctor.SpecNeeds(models={"tiny": None})) == 0.0
+    big = doctor.check_memory(needs, FakeCuda(B200), host=(500.0, 512.0))
+    assert [(r.item, r.status) for r in big] == [("cuda:0", OK), ("host", OK)]
+    small = doctor.check_memory(needs, FakeCuda(SMALL_B200), host=(10.0, 16.0))
+    assert [(r.item, r.status) for r in small] == [("cuda:0", FAIL), ("host", WARN)]
+    assert "spec needs ~" in small[0].detail
+    cpu = doctor.check_memory(needs, FakeCuda(), host=(10.0, 16.0))
+    assert cpu[0].item == "GPU" and cpu[0].status == FAIL
+
+
+def test_check_spec_native_formats():
+    needs = doctor.SpecNeeds(path="x.yaml", models={"flux": None}, formats={"NVFP4"}, native=True, gpu=True)
+    assert [r.status for r in doctor.check_spec(needs, FakeCuda(B200)) if r.item == "NVFP4"] == [OK]
+    assert [r.status for r in doctor.check_spec(needs, FakeCuda(H100)) if r.item == "NVFP4"] == [FAIL]
+    needs.native = False
+    assert [r.status for r in doctor.check_spec(needs, FakeCuda(H100)) if r.item == "NVFP4"] == [INFO]
+
+
+# ------------------------------------------------------------------------------------------------
+# All together and the CLI
+# ------------------------------------------------------------------------------------------------
+
+
+def test_run_checks_flux_spec_on_blackwell_with_weights_passes(tmp_path):
+    cache = _cache(tmp_path / "hub", {**_all_reward_files(),
+                                      "black-forest-labs/FLUX.1-dev": ["model_index.json", "transformer/config.json",
+                                                                       "transformer/diffusion_pytorch_model.safetensors.index.json",
+                                                                       "vae/config.json"]})
+    spec = _spec(tmp_path, FLUX_SPEC % "emulated")
+    rows = doctor.run_checks(spec, cuda=FakeCuda(B200, B200), cache_dir=cache)
+    assert doctor.exit_code(rows) == 0, [r for r in rows if r.status == FAIL]
+    assert {r.item for r in rows if r.section == "rewards"} == {"pickscore", "imagereward", "hpsv2"}
+    # the same spec on a CPU-only machine with an empty cache: GPU, weights and memory fail
+    rows = doctor.run_checks(spec, cuda=FakeCuda(), cache_dir=tmp_path / "empty")
+    failed = {(r.section, r.item) for r in rows if r.status == FAIL}
+    assert {("gpu", "GPU"), ("models", "flux"), ("rewards", "pickscore"), ("memory", "GPU")} <= failed
+    assert doctor.exit_code(rows) == 1
+
+
+def test_run_checks_native_backend_needs_transformer_engine(tmp_path):
+    rows = doctor.run_checks(_spec(tmp_path, FLUX_SPEC % "te"), cuda=FakeCuda(B200), cache_dir=tmp_path)
+    te = _te_row(rows)
+    if doctor._version("transformer-engine") is None and doctor._version("transformer_engine") is None:
+        assert te.status == FAIL
+    assert doctor.exit_code(rows) == 1
+
+
+def test_cli_doctor_table_and_json(tmp_path, capsys):
+    from solbench import cli
+
+    assert cli.main(["doctor", "--cache-dir", str(tmp_path)]) == 0  # no spec: report only
+    out = capsys.readouterr().out
+    assert "solbench doctor" in out and "torch" in out and "flux" in out and "imagereward" in out
+    spec = _spec(tmp_path, FLUX_SPEC % "emulated")
+    code = cli.main(["doctor", str(spec), "--json", "--cache-dir", str(tmp_path)])
+    rows = json.loads(capsys.readouterr().out)
+    assert {"section", "item", "status", "detail", "fix"} <= set(rows[0])
+    flux = next(r for r in rows if r["item"] == "flux")
+    assert flux["status"] == FAIL and code == 1

@@ -1,0 +1,217 @@
+"""Local launching: runs execute in-process with status transitions, crashes are recorded and the
+others carry on, finished specs are not rerun (unless forced), killed runs are detected from disk and
+resume from their checkpoint with no lost or duplicated rows; and the CLI commands around it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from solbench.cli import main as cli
+from solbench.launch import RunTask, execute_run, launch_spec, run_lock, run_states
+from solbench.results import RunStore
+from solbench.spec import load_spec
+
+TESTS = Path(__file__).resolve().parent
+SPEC = """
+name: launchtest
+launch: local
+base:
+  model: {name: tiny}
+  rewards: {shapes_geneval: 1.0}
+  prompts_per_iter: 2
+  iterations: 4
+  eval: {every: 2, prompts: shapes/eval, n_prompts: 2, seeds_per_prompt: 1, rewards: [shapes_geneval]}
+matrix:
+  method: [diffusion_nft]
+  seed: [0, 1, 2]
+  group_size: [2]
+"""
+
+
+@pytest.fixture
+def spec_path(tmp_path):
+    path = tmp_path / "launchtest.yaml"
+    path.write_text(textwrap.dedent(SPEC))
+    return path
+
+
+def steps(store: RunStore, table="metrics") -> list[int]:
+    return [r["step"] for r in store.read(table)]
+
+
+def stores(spec, results):
+    return {r.config.seed: RunStore(spec.run_dir(results, r.run_id), r.run_id) for r in spec.runs}
+
+
+def test_local_runs_record_status_env_spec_rows_and_skip_when_done(spec_path, tmp_path):
+    results = tmp_path / "results"
+    spec = load_spec(spec_path)
+    outcome = launch_spec(spec, results, run_fn="_runfns:counting_run")
+    assert outcome.executor == "local" and set(outcome.submission.states.values()) == {"done"}
+    for seed, store in stores(spec, results).items():
+        status = store.read_status()
+        assert status["state"] == "done" and status["attempt"] == 1 and status["seconds"] >= 0
+        assert json.loads((store.run_dir / "spec.json").read_text())["seed"] == seed
+        env = store.read_json("env.json")
+        assert env["versions"]["solbench"] and env["device"] == "cpu"
+        assert steps(store) == [0, 1, 2, 3, 4] and steps(store, "timings") == [1, 2, 3, 4]
+        assert json.loads((store.run_dir / "progress.json").read_text())["step"] == 4
+
+    again = launch_spec(load_spec(spec_path), results, run_fn="_runfns:counting_run")
+    assert again.submission is None and set(again.plan.skipped.values()) == {"done"}
+
+    forced = launch_spec(load_spec(spec_path), results, run_fn="_runfns:counting_run", force=True)
+    assert len(forced.submission.states) == 3
+    for store in stores(spec, results).values():
+        assert steps(store) == [0, 1, 2, 3, 4]  # rerun from scratch, not appended
+        assert (store.run_dir / "starts.txt").read_text().split() == ["1"]
+
+
+def test_a_crashing_run_is_failed_with_its_traceback_and_the_rest_carry_on(spec_path, tmp_path):
+    results = tmp_path / "results"
+    spec = load_spec(spec_path)
+    outcome = launch_spec(spec, results, run_fn="_runfns:crash_on_seed_1")
+    by_seed = stores(spec, results)
+    assert sorted(outcome.submission.states.values()) == ["done", "done", "failed"]
+    failed = by_seed[1].read_status()
+    assert failed["state"] == "failed" and failed["error"] == "ValueError: boom: seed 1 always crashes"
+    assert "Traceback (most recent call last)" in failed["traceback"] and "crash_on_seed_1" in failed["traceback"]
+    assert by_seed[0].read_status()["state"] == by_seed[2].read_status()["state"] == "done"
+    # a failed run is launched again by the next `run` (and only it)
+    plan = launch_spec(load_spec(spec_path), results, run_fn="_runfns:counting_run").plan
+    assert [r.config.seed for r in plan.to_launch] == [1]
+    assert by_seed[1].read_status()["state"] == "done" and by_seed[1].read_status()["attempt"] == 2
+
+
+def test_killed_run_reads_interrupted_and_resumes_without_duplicates(spec_path, tmp_path):
+    results = tmp_path / "results"
+    spec = load_spec(spec_path)
+    run = spec.runs[0]
+    run_dir = spec.run_dir(results, run.run_id)
+    store = RunStore(run_dir, run.run_id)
+    store.write_json("spec.json", run.config.to_dict())
+    task = RunTask(str(run_dir), run.config.to_dict(), "_runfns:counting_run", [str(TESTS)])
+    script = ("import pickle, sys; from solbench.launch import execute_run; "
+              "execute_run(pickle.loads(bytes.fromhex(sys.argv[1])))")
+    import pickle
+
+    env = {**os.environ, "SOLBENCH_TEST_STEP_S": "0.3"}
+    proc = subprocess.Popen([sys.executable, "-c", script, pickle.dumps(task).hex()], env=env)
+    deadline = time.monotonic() + 60
+    while store.latest_checkpoint() is None or store.latest_checkpoint()[0] < 2:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    assert run_states({run.run_id: run_dir})[run.run_id][0] == "running"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert store.read_status()["state"] == "running"  # nobody could update it...
+    assert run_states({run.run_id: run_dir})[run.run_id][0] == "interrupted"  # ...but the lock tells
+
+    outcome = launch_spec(load_spec(spec_path), results, run_fn="_runfns:counting_run", only=[run.run_id])
+    assert outcome.submission.states == {run.run_id: "done"}
+    starts = (run_dir / "starts.txt").read_text().split()
+    assert starts[0] == "1" and int(starts[1]) >= 3  # resumed after its last checkpoint, not from scratch
+    assert steps(store) == [0, 1, 2, 3, 4] and steps(store, "timings") == [1, 2, 3, 4]
+    # the resumed values equal those of an uninterrupted run (RNG state restored from the checkpoint)
+    reference = RunStore(tmp_path / "reference", run.run_id)
+    execute_run(RunTask(str(reference.run_dir), run.config.to_dict(), "_runfns:counting_run"))
+    assert [r["value"] for r in store.read("metrics")] == [r["value"] for r in reference.read("metrics")]
+    assert store.read_status()["attempt"] == 2
+
+
+def test_a_run_is_never_executed_twice_at_once(spec_path, tmp_path):
+    spec = load_spec(spec_path)
+    run = spec.runs[0]
+    run_dir = spec.run_dir(tmp_path, run.run_id)
+    task = RunTask(str(run_dir), run.config.to_dict(), "_runfns:counting_run", lock_wait_s=0.0)
+    with run_lock(run_dir) as held:
+        assert held
+        assert run_states({run.run_id: run_dir})[run.run_id][0] == "new"
+        assert execute_run(task) == {"state": "skipped"}
+    assert not (run_dir / "metrics.jsonl").exists()
+    assert execute_run(task)["state"] == "done"
+
+
+def test_cli_expand_run_status_collect(spec_path, tmp_path, capsys):
+    results = str(tmp_path / "results")
+    assert cli(["expand", str(spec_path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 runs (1 methods: diffusion_nft)" in out
+    assert cli(["expand", str(spec_path), "--format", "ids"]) == 0
+    ids = capsys.readouterr().out.split()
+    assert ids == [r.run_id for r in load_spec(spec_path).runs]
+
+    assert cli(["run", str(spec_path), "--results", results, "--run-fn", "_runfns:crash_on_seed_1", "--quiet",
+                "--no-report"]) == 1
+    out = capsys.readouterr().out
+    assert "1 run(s) did not finish" in out
+    assert cli(["status", str(spec_path), "--results", results, "--tracebacks"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("done") >= 2 and "failed" in out and "boom: seed 1 always crashes" in out
+
+    assert cli(["run", str(spec_path), "--results", results, "--run-fn", "_runfns:counting_run", "--quiet",
+                "--no-report"]) == 0
+    assert cli(["run", str(spec_path), "--results", results, "--run-fn", "_runfns:counting_run", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to do: all 3 runs of launchtest are done" in out
+
+    # a torn last line (a writer killed mid-write) is reported by collect and skipped
+    victim = RunStore(Path(results) / "launchtest" / ids[0], ids[0])
+    with open(victim.table_path("metrics"), "ab") as handle:
+        handle.write(b'{"run_id": "x", "step": 9')
+    assert cli(["collect", str(spec_path), "--results", results]) == 0
+    out = capsys.readouterr().out
+    assert "collected 3 runs" in out and "skipped 1 corrupt line" in out
+    metrics = pd.read_parquet(Path(results) / "launchtest" / "metrics.parquet")
+    assert len(metrics) == 15 and not metrics.duplicated(["run_id", "step", "metric"]).any()
+    runs = pd.read_parquet(Path(results) / "launchtest" / "runs.parquet")
+    assert set(runs.status) == {"done"} and set(runs["p_method_config.group_size"]) == {2}
+
+
+def test_cli_errors_name_the_problem(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmatrix: {method: [sol_rl], nn: [1]}\n")
+    assert cli(["expand", str(bad)]) == 2
+    assert "bad.yaml:2: matrix.nn: unknown matrix key 'nn'" in capsys.readouterr().err
+
+
+def test_end_to_end_with_the_real_trainer_on_the_smoke_setting(tmp_path, capsys):
+    """spec -> launcher -> solbench.trainer.train_run -> results -> collect -> report, via the CLI.
+
+    The smoke spec's settings with one method and untrained tiny weights (model.path: random), so
+    the test does not depend on the shipped pretrained weights and stays a few seconds long.
+    """
+    pytest.importorskip("solbench.trainer", reason="the trainer (solbench/trainer.py) is not in this checkout")
+    import yaml
+
+    smoke = yaml.safe_load((TESTS.parent / "experiments" / "smoke.yaml").read_text())
+    smoke["base"]["model"]["path"] = "random"
+    smoke["matrix"]["method"] = ["diffusion_nft"]
+    spec_path = tmp_path / "smoke.yaml"
+    spec_path.write_text(yaml.safe_dump(smoke))
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    assert cli(["run", str(spec_path), "--results", str(results), "--reports", str(reports), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    (run,) = load_spec(spec_path).runs
+    store = RunStore(results / "smoke" / run.run_id, run.run_id)
+    assert store.read_status()["state"] == "done"
+    metrics = store.read("metrics")
+    assert {r["step"] for r in metrics if r["split"] == "eval"} == {0, 2}  # base model and the end
+    assert {r["step"] for r in metrics if r["split"] == "train"} == {1, 2}
+    assert {r["step"] for r in store.read("candidates")} == {1, 2}
+    assert store.latest_checkpoint()[0] == 2
+    runs = pd.read_parquet(results / "smoke" / "runs.parquet")
+    assert list(runs.status) == ["done"] and list(runs["p_method_config.group_size"]) == [2]
+    assert "report:" in out and (reports / "smoke").is_dir()
+    assert cli(["run", str(spec_path), "--results", str(results), "--quiet"]) == 0
+    assert "nothing to do" in capsys.readouterr().out

@@ -1,0 +1,178 @@
+"""The method registry, config validation, advantages and selection (no model involved)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from importlib.metadata import EntryPoint
+
+import pytest
+import torch
+
+import solbench.method as method_module
+from solbench.advantages import group_advantages
+from solbench.errors import ConfigError
+from solbench.method import Method, get_method, method_names, validate_method_config
+from solbench.selection import select_indices, select_per_group
+
+BUILTIN = ["awm", "dance_grpo", "diffusion_nft", "flow_grpo", "naive_fp4", "naive_scaling", "sol_rl"]
+
+
+# -- registry -----------------------------------------------------------------------------------
+def test_builtin_methods_are_registered():
+    assert set(BUILTIN) <= set(method_names())
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_config_field_has_help_and_axes_are_fields(name):
+    cls = get_method(name)
+    fields = {f.name: f for f in dataclasses.fields(cls.Config)}
+    assert all(f.metadata.get("help") for f in fields.values()), [n for n, f in fields.items() if not f.metadata.get("help")]
+    assert set(cls.axes) <= set(fields)
+    assert validate_method_config(name, {}) == cls.Config()
+
+
+def test_paper_defaults():
+    sol = get_method("sol_rl").Config()
+    assert (sol.n, sol.k, sol.explore_steps, sol.selection) == (96, 24, 6, "best_worst")
+    assert (sol.beta, sol.kl_beta, sol.old_decay_rate, sol.old_decay_max) == (1.0, 1e-4, 0.001, 0.5)
+    grpo = get_method("flow_grpo").Config()
+    assert (grpo.group_size, grpo.clip_range, grpo.noise_level, grpo.kl_beta, grpo.timestep_fraction) == (24, 1e-4, 0.7, 0.04, 0.99)
+    dance = get_method("dance_grpo").Config()
+    assert (dance.group_size, dance.eta, dance.shift, dance.timestep_fraction, dance.shared_noise) == (12, 0.3, 3.0, 0.6, True)
+    assert get_method("awm").Config().train_timesteps == 6
+    assert get_method("sol_rl").nets == {"old", "reference", "explore"}
+    assert "explore" not in get_method("naive_scaling").nets
+
+
+def test_unknown_method_suggests_close_names():
+    with pytest.raises(ConfigError, match="did you mean 'sol_rl'"):
+        get_method("sol-rl")
+    with pytest.raises(ConfigError, match="unknown method 'zzz'"):
+        get_method("zzz")
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"nn": 8}, "unknown field.*'nn' \\(did you mean 'n'\\?\\)"),
+    ({"k": "24"}, "method_config.k: expected an integer"),
+    ({"k": True}, "method_config.k: expected an integer"),
+    ({"selection": "best_wrst"}, "did you mean 'best_worst'"),
+    ({"k": 100}, "need 2 <= k <= n"),
+    ({"global_std": 1}, "expected true/false"),
+])
+def test_invalid_method_config_fails_clearly(values, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_method_config("sol_rl", values)
+
+
+def test_valid_overrides_are_coerced():
+    cfg = validate_method_config("sol_rl", {"n": 8, "k": 4, "beta": 1, "micro_batch_size": None})
+    assert (cfg.n, cfg.k, cfg.beta, cfg.micro_batch_size) == (8, 4, 1.0, None)
+    assert isinstance(cfg.beta, float)
+
+
+@dataclasses.dataclass
+class OutsideConfig:
+    lr_scale: float = dataclasses.field(default=1.0, metadata={"help": "a knob"})
+
+
+class OutsideMethod(Method):
+    name = "outside_method"
+    Config = OutsideConfig
+    axes = ("lr_scale",)
+
+
+def test_outside_package_registers_through_entry_points(monkeypatch):
+    monkeypatch.setattr(method_module, "_registry", dict(method_module._registry))
+    monkeypatch.setattr(method_module, "_loaded", False)
+    ep = EntryPoint("outside_method", f"{__name__}:OutsideMethod", method_module.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(method_module, "entry_points", lambda group: [ep] if group == method_module.ENTRY_POINT_GROUP else [])
+    assert "outside_method" in method_names()
+    assert get_method("outside_method") is OutsideMethod
+    assert validate_method_config("outside_method", {"lr_scale": 2}).lr_scale == 2.0
+
+
+def test_entry_point_with_mismatched_name_fails(monkeypatch):
+    monkeypatch.setattr(method_module, "_registry", dict(method_module._registry))
+    monkeypatch.setattr(method_module, "_loaded", False)
+    ep = EntryPoint("other_name", f"{__name__}:OutsideMethod", method_module.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(method_module, "entry_points", lambda group: [ep])
+    with pytest.raises(ConfigError, match="entry point 'other_name'.*'outside_method'"):
+        method_names()
+
+
+def test_registering_a_second_class_under_a_taken_name_fails():
+    class Impostor(OutsideMethod):
+        name = "sol_rl"
+    with pytest.raises(ConfigError, match="registered twice"):
+        method_module.register(Impostor)
+
+
+# -- advantages ---------------------------------------------------------------------------------
+def test_per_prompt_advantages_by_hand():
+    rewards = torch.tensor([1.0, 2.0, 3.0, 10.0, 10.0, 13.0])
+    adv = group_advantages(rewards, list("aaabbb"), global_std=False)
+    std_a, std_b = math.sqrt(2 / 3), math.sqrt(2.0)
+    expected = [-1 / (std_a + 1e-4), 0.0, 1 / (std_a + 1e-4), -1 / (std_b + 1e-4), -1 / (std_b + 1e-4), 2 / (std_b + 1e-4)]
+    torch.testing.assert_close(adv, torch.tensor(expected))
+
+
+def test_global_std_advantages_by_hand():
+    rewards = torch.tensor([1.0, 2.0, 3.0, 10.0, 10.0, 13.0])
+    mean_all = sum(rewards.tolist()) / 6
+    std_all = math.sqrt(sum((r - mean_all) ** 2 for r in rewards.tolist()) / 6)
+    adv = group_advantages(rewards, list("aaabbb"), global_std=True)
+    expected = [(r - m) / (std_all + 1e-4) for r, m in zip(rewards.tolist(), [2, 2, 2, 11, 11, 11])]
+    torch.testing.assert_close(adv, torch.tensor(expected))
+
+
+def test_advantages_are_clipped_and_unbiased_std_is_available():
+    rewards = torch.tensor([0.0] * 99 + [1.0])
+    adv = group_advantages(rewards, ["p"] * 100, global_std=False)
+    assert float(adv[-1]) == 5.0  # 0.99 / 0.0995 = 9.95 before clipping
+    adv = group_advantages(torch.tensor([1.0, 3.0]), ["p", "p"], global_std=False, eps=1e-8, unbiased=True)
+    torch.testing.assert_close(adv, torch.tensor([-1 / math.sqrt(2), 1 / math.sqrt(2)]))
+
+
+def test_constant_group_has_zero_advantage():
+    adv = group_advantages(torch.tensor([0.5, 0.5, 0.1, 0.9]), list("aabb"), global_std=False)
+    assert adv[:2].tolist() == [0.0, 0.0]
+
+
+# -- selection ----------------------------------------------------------------------------------
+REWARDS = torch.tensor([0.5, 0.9, 0.1, 0.9, 0.3, 0.7])
+
+
+def test_best_worst_by_hand():
+    assert select_indices(REWARDS, 4, "best_worst").tolist() == [1, 3, 2, 4]
+    assert select_indices(REWARDS, 3, "best_worst").tolist() == [1, 2, 4]  # floor(3/2) best, ceil(3/2) worst
+
+
+def test_best_worst_with_ties_never_duplicates():
+    assert sorted(select_indices(torch.zeros(4), 4, "best_worst").tolist()) == [0, 1, 2, 3]
+
+
+def test_mean_deviation_by_hand():
+    assert select_indices(REWARDS, 3, "mean_deviation").tolist() == [2, 1, 3]
+
+
+def test_random_modes_follow_the_generator():
+    def pick(mode, seed):
+        return select_indices(REWARDS, 4, mode, torch.Generator().manual_seed(seed)).tolist()
+    assert pick("random", 0) == pick("random", 0)
+    assert len(set(pick("random", 0))) == 4
+    ext = pick("extremes_random", 3)
+    assert ext[:2] == [1, 2] and len(set(ext)) == 4
+    assert select_indices(REWARDS, 2, "extremes_random").tolist() == [1, 2]
+
+
+def test_select_per_group_uses_flat_layout():
+    rewards = torch.tensor([0.1, 0.9, 0.5, 0.2, 0.8, 0.3])
+    assert select_per_group(rewards, 3, 2, "best_worst") == [1, 0, 4, 3]
+
+
+def test_selection_errors():
+    with pytest.raises(ValueError, match="cannot select k=7 of n=6"):
+        select_indices(REWARDS, 7)
+    with pytest.raises(ValueError, match="unknown selection mode"):
+        select_indices(REWARDS, 2, "bestworst")

@@ -1,0 +1,351 @@
+"""Low-precision copies of a model: fidelity, weight sync (plain and LoRA), recipes, summary, stats.
+
+The model is a tiny diffusers FluxTransformer2DModel built from a config (the shape of
+diffusers' own dummy test config), so everything runs offline in a couple of seconds.
+"""
+
+import copy
+import io
+import os
+import statistics
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+import torch.nn as nn
+from diffusers import FluxTransformer2DModel, SanaTransformer2DModel
+from peft import LoraConfig, get_peft_model
+
+from solbench.quant import (
+    RECIPES,
+    BackendUnavailableError,
+    NonFiniteError,
+    QuantLinear,
+    QuantRecipe,
+    UnknownRecipeError,
+    error_stats,
+    get_recipe,
+    layer_error_report,
+    quantization_summary,
+    quantized_copy,
+    sync_weights,
+)
+
+# Measured NVFP4 W4A4 GEMM output error (reference/nvfp4.md, 2048x2048 Gaussian): relative MSE
+# 1.9e-2. A single quantized layer fed the reference input ("isolated") should land near it; our
+# layers are only 32-160 wide (2-10 blocks per row), so allow 2.5x for the small-sample spread.
+GEMM_REL_MSE = 1.9e-2
+ISOLATED_LAYER_BOUND = 2.5 * GEMM_REL_MSE
+# End to end, the output passes through ~6 quantized GEMMs in series (embedders, two blocks'
+# attention and MLP, the output projection), whose errors add: 6 x 1.9e-2 ~ 0.11; allow 2x.
+END_TO_END_BOUND = 2 * 6 * GEMM_REL_MSE
+
+
+def tiny_flux(seed: int = 0) -> FluxTransformer2DModel:
+    torch.manual_seed(seed)
+    return FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=4,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=32,
+        pooled_projection_dim=32,
+        axes_dims_rope=[4, 4, 8],
+    ).eval()
+
+
+def flux_inputs(batch: int = 2, image_tokens: int = 16, text_tokens: int = 8, seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    return dict(
+        hidden_states=torch.randn(batch, image_tokens, 4, generator=gen),
+        encoder_hidden_states=torch.randn(batch, text_tokens, 32, generator=gen),
+        pooled_projections=torch.randn(batch, 32, generator=gen),
+        timestep=torch.rand(batch, generator=gen),
+        img_ids=torch.randn(image_tokens, 3, generator=gen),
+        txt_ids=torch.randn(text_tokens, 3, generator=gen),
+        return_dict=False,
+    )
+
+
+@torch.no_grad()
+def run(model, inputs):
+    return model(**inputs)[0]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_flux()
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return flux_inputs()
+
+
+# --------------------------------------------------------------------------------------------
+# Fidelity
+# --------------------------------------------------------------------------------------------
+
+
+def test_w4a4_copy_is_within_the_measured_nvfp4_error(model, inputs):
+    copy_ = quantized_copy(model, "nvfp4_w4a4")
+    report = layer_error_report(model, copy_, inputs)
+    layers, output = report[:-1], report[-1]
+    assert output.name == "<output>"
+    assert len(layers) == 28  # every Linear of the tiny FLUX model
+    isolated = [row.isolated["rel_mse"] for row in layers]
+    assert 0.2 * GEMM_REL_MSE < statistics.median(isolated) < ISOLATED_LAYER_BOUND
+    assert max(isolated) < 4 * GEMM_REL_MSE
+    end_to_end = output.in_model["rel_mse"]
+    assert 1e-3 < end_to_end < END_TO_END_BOUND  # it did quantize, and within the bound
+    assert output.in_model["snr_db"] > 5
+
+
+def test_precision_ordering_matches_the_measured_formats(model, inputs):
+    # reference/nvfp4.md: FP8 7e-4 < NVFP4 1x16 9e-3 < MXFP4 1.3e-2; weights-only < W4A4.
+    reference = run(model, inputs)
+    error = {name: error_stats(reference, run(quantized_copy(model, name), inputs))["rel_mse"] for name in
+             ("fp8_w8a8", "nvfp4_w4a16", "nvfp4_w4a4", "mxfp4_w4a4")}
+    assert error["fp8_w8a8"] < error["nvfp4_w4a16"] < error["nvfp4_w4a4"] < error["mxfp4_w4a4"]
+
+
+def test_flux_recipe_skips_everything_on_a_tiny_model(model, inputs):
+    copy_ = quantized_copy(model, "nvfp4_flux")  # min_features 1000 > every layer here
+    assert not any(isinstance(m, QuantLinear) for m in copy_.modules())
+    assert torch.equal(run(copy_, inputs), run(model, inputs))
+
+
+def test_bf16_model_copy_runs_in_bf16(inputs):
+    model_bf16 = tiny_flux().to(torch.bfloat16)
+    copy_ = quantized_copy(model_bf16, "nvfp4_tiny")
+    bf16_inputs = {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() else v for k, v in inputs.items()}
+    out = run(copy_, bf16_inputs)
+    assert out.dtype == torch.bfloat16
+    assert error_stats(run(model_bf16, bf16_inputs).float(), out.float())["rel_mse"] < END_TO_END_BOUND
+
+
+def test_shared_input_quantization_is_bit_identical(model, inputs):
+    shared = quantized_copy(model, "nvfp4_w4a4")
+    separate = quantized_copy(model, "nvfp4_w4a4", share_input_quantization=False)
+    assert torch.equal(run(shared, inputs), run(separate, inputs))
+    assert torch.equal(run(shared, inputs), run(shared, inputs))
+
+
+def test_copy_is_independent_frozen_and_in_eval_mode(inputs):
+    model = tiny_flux()
+    copy_ = quantized_copy(model, "nvfp4_tiny")
+    before = run(copy_, inputs)
+    assert not copy_.training
+    assert not any(p.requires_grad for p in copy_.parameters())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1)
+    assert torch.equal(run(copy_, inputs), before)  # only sync_weights updates the copy
+
+
+# --------------------------------------------------------------------------------------------
+# sync_weights
+# --------------------------------------------------------------------------------------------
+
+
+def _optimizer_step(policy, inputs, lr=1e-2):
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=lr)
+    policy.train()
+    loss = policy(**inputs)[0].square().mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    policy.eval()
+
+
+@pytest.mark.parametrize("recipe", ["nvfp4_tiny", "fp8_w8a8", "mxfp4_w4a4"])
+def test_sync_after_an_optimizer_step_equals_a_fresh_copy(recipe, inputs):
+    policy = tiny_flux()
+    copy_ = quantized_copy(policy, recipe)
+    before = run(copy_, inputs)
+    _optimizer_step(policy, inputs)
+    sync_weights(copy_, policy)
+    after = run(copy_, inputs)
+    assert torch.equal(after, run(quantized_copy(policy, recipe), inputs))
+    assert not torch.equal(after, before)
+
+
+def test_lora_policy_sync_equals_copy_of_the_merged_model(inputs):
+    base = tiny_flux()
+    config = LoraConfig(
+        r=4, lora_alpha=8, init_lora_weights=False,
+        target_modules=["to_q", "to_k", "to_v", "to_out.0", "proj_mlp", "x_embedder"],
+    )
+    policy = get_peft_model(base, config)
+    copy_ = quantized_copy(policy, "nvfp4_tiny")
+    # the copy carries plain names and no adapter modules
+    names = {n for n, _ in copy_.named_modules()}
+    assert "transformer_blocks.0.attn.to_q" in names and not any("lora" in n or "base_layer" in n for n in names)
+    assert isinstance(copy_.get_submodule("transformer_blocks.0.attn.to_q"), QuantLinear)
+    merged = copy.deepcopy(policy).merge_and_unload()
+    assert torch.equal(run(copy_, inputs), run(quantized_copy(merged, "nvfp4_tiny"), inputs))
+
+    _optimizer_step(policy, inputs)
+    snapshot = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    before = run(copy_, inputs)
+    sync_weights(copy_, policy)
+    merged = copy.deepcopy(policy).merge_and_unload()
+    after = run(copy_, inputs)
+    assert torch.equal(after, run(quantized_copy(merged, "nvfp4_tiny"), inputs))
+    assert not torch.equal(after, before)
+    # the policy was not merged or modified
+    layer = policy.base_model.model.transformer_blocks[0].attn.to_q
+    assert not layer.merged
+    assert all(torch.equal(p, snapshot[n]) for n, p in policy.named_parameters())
+
+
+def test_sync_rejects_a_different_architecture(model):
+    copy_ = quantized_copy(model, "nvfp4_tiny")
+    other = FluxTransformer2DModel(
+        patch_size=1, in_channels=4, num_layers=2, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[4, 4, 8],
+    )
+    wider = FluxTransformer2DModel(
+        patch_size=1, in_channels=8, num_layers=1, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[4, 4, 8],
+    )
+    with pytest.raises((KeyError, ValueError), match="sync_weights|does not fit"):
+        sync_weights(copy_, wider)
+    sync_weights(copy_, other)  # a superset of the copy's tensors is fine
+    with pytest.raises(TypeError, match="not a quantized copy"):
+        sync_weights(model, model)
+
+
+# --------------------------------------------------------------------------------------------
+# Recipes, summary, backends
+# --------------------------------------------------------------------------------------------
+
+
+def test_named_recipes():
+    assert {"nvfp4_flux", "nvfp4_sana", "nvfp4_w4a4", "nvfp4_w4a16", "mxfp4_w4a4", "fp8_w8a8", "nvfp4_tiny"} <= set(RECIPES)
+    flux = get_recipe("nvfp4_flux")
+    assert flux.format == "nvfp4" and flux.weight_block == (16, 16) and flux.activations
+    assert flux.min_features == 1000
+    assert set(flux.skip) == {"x_embedder", "context_embedder", "time_text_embed", "norm_out"}
+    assert get_recipe("nvfp4_sana").min_features == 2240
+    assert get_recipe("nvfp4_w4a16").activations is False
+    assert get_recipe("mxfp4_w4a4").weight_block == (1, 32)
+    assert get_recipe("fp8_w8a8").weight_block is None
+    assert get_recipe(flux) is flux
+    with pytest.raises(UnknownRecipeError, match="Did you mean 'nvfp4_flux'"):
+        get_recipe("nvfp4_flx")
+
+
+def test_recipe_validation_errors_are_clear():
+    with pytest.raises(ValueError, match="format must be one of"):
+        QuantRecipe(format="int4")
+    with pytest.raises(ValueError, match="weight_block"):
+        QuantRecipe(format="nvfp4", weight_block=(1, 32))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        QuantRecipe(backend="tensorrt")
+    with pytest.raises(ValueError, match="min_features"):
+        QuantRecipe(min_features=-1)
+    with pytest.raises(ValueError, match="bad regular expression"):
+        QuantRecipe(skip=["re:("])
+
+
+def test_skip_patterns_match_names_and_ancestors():
+    recipe = QuantRecipe(skip=("time_text_embed", "*.proj_out", "re:.*attn\\.to_[qk]"), min_features=8)
+    layer = nn.Linear(16, 16)
+    assert recipe.skip_reason("time_text_embed.timestep_embedder.linear_1", layer) == "matches skip pattern 'time_text_embed'"
+    assert recipe.skip_reason("single_transformer_blocks.3.proj_out", layer) is not None
+    assert recipe.skip_reason("proj_out", layer) is None  # "*.proj_out" needs a parent
+    assert recipe.skip_reason("transformer_blocks.0.attn.to_q", layer) is not None
+    assert recipe.skip_reason("transformer_blocks.0.attn.to_v", layer) is None
+    assert recipe.skip_reason("x", nn.Linear(4, 32)) == "in_features 4 < min_features 8"
+
+
+def test_sana_recipe_skips_self_attention_qkv_by_diffusers_names():
+    torch.manual_seed(0)
+    sana = SanaTransformer2DModel(
+        patch_size=1, in_channels=4, out_channels=4, num_layers=1, num_attention_heads=2, attention_head_dim=4,
+        num_cross_attention_heads=2, cross_attention_head_dim=4, cross_attention_dim=8, caption_channels=8,
+        sample_size=32,
+    )
+    recipe = get_recipe("nvfp4_sana").replace(min_features=0)
+    rows = {row.name: row for row in quantization_summary(quantized_copy(sana, recipe))}
+    for proj in ("to_q", "to_k", "to_v"):
+        assert not rows[f"transformer_blocks.0.attn1.{proj}"].quantized
+        assert rows[f"transformer_blocks.0.attn2.{proj}"].quantized
+    assert rows["transformer_blocks.0.attn1.to_out.0"].quantized
+
+
+def test_quantization_summary_of_the_tiny_recipe(model):
+    copy_ = quantized_copy(model, "nvfp4_tiny")
+    rows = {row.name: row for row in quantization_summary(copy_)}
+    assert len(rows) == 28
+    for skipped in ("x_embedder", "context_embedder", "norm_out.linear", "proj_out",
+                    "single_transformer_blocks.0.proj_out", "time_text_embed.text_embedder.linear_1"):
+        assert not rows[skipped].quantized, skipped
+    assert rows["x_embedder"].reason == "matches skip pattern 'x_embedder'"
+    row = rows["transformer_blocks.0.attn.to_q"]
+    assert row.quantized and (row.in_features, row.out_features) == (32, 32) and "nvfp4 W4A4" in row.reason
+    buffer = io.StringIO()
+    quantization_summary(copy_, print_table=True, file=buffer)
+    table = buffer.getvalue()
+    assert "recipe nvfp4_tiny" in table and "19 of 28 Linear layers quantized" in table
+
+
+def test_te_backend_explains_what_it_needs():
+    if torch.cuda.is_available():
+        pytest.skip("this checks the error path on machines without a Blackwell GPU")
+    recipe = get_recipe("nvfp4_flux").replace(backend="te", min_features=0)
+    with pytest.raises(BackendUnavailableError) as info:
+        quantized_copy(tiny_flux(), recipe)
+    message = str(info.value)
+    assert "Blackwell" in message and "sm_100" in message and "sm_90" in message
+    assert "pip install transformer-engine[pytorch]" in message
+    with pytest.raises(BackendUnavailableError, match="no MXFP4 recipe"):
+        quantized_copy(tiny_flux(), get_recipe("mxfp4_w4a4").replace(backend="te"))
+
+
+def test_nonfinite_weights_and_activations_name_the_layer(inputs):
+    model = tiny_flux()
+    with torch.no_grad():
+        model.transformer_blocks[0].attn.to_k.weight[0, 0] = float("nan")
+    with pytest.raises(NonFiniteError, match="transformer_blocks.0.attn.to_k"):
+        quantized_copy(model, "nvfp4_w4a4")
+    copy_ = quantized_copy(tiny_flux(), "nvfp4_tiny")
+    bad = dict(inputs, encoder_hidden_states=inputs["encoder_hidden_states"].clone())
+    bad["encoder_hidden_states"][0, 0, 0] = float("inf")
+    with pytest.raises(NonFiniteError, match="input activations"):
+        run(copy_, bad)
+    lenient = quantized_copy(tiny_flux(), get_recipe("nvfp4_tiny").replace(nonfinite="propagate"))
+    assert torch.isnan(run(lenient, bad)).any()
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------------
+
+
+def test_error_stats_values():
+    x = torch.tensor([3.0, 4.0])
+    stats = error_stats(x, torch.tensor([3.0, 3.0]))
+    assert stats["rel_mse"] == pytest.approx(1 / 25)
+    assert stats["snr_db"] == pytest.approx(10 * torch.log10(torch.tensor(25.0)).item())
+    assert stats["max_abs_error"] == 1.0 and stats["mean_abs_error"] == 0.5 and stats["numel"] == 2
+    exact = error_stats(x, x.clone())
+    assert exact["rel_mse"] == 0.0 and exact["snr_db"] == float("inf") and exact["cosine"] == pytest.approx(1.0)
+    assert error_stats(torch.zeros(3), torch.ones(3))["rel_mse"] == float("inf")
+    with pytest.raises(ValueError, match="shapes differ"):
+        error_stats(x, torch.zeros(3))
+
+
+def test_layer_error_report_on_a_lora_policy_and_selected_layers(inputs):
+    policy = get_peft_model(tiny_flux(), LoraConfig(r=2, target_modules=["to_q"], init_lora_weights=False))
+    copy_ = quantized_copy(policy, "nvfp4_tiny")
+    report = layer_error_report(policy, copy_, inputs, layers=["transformer_blocks.0.attn.to_q"])
+    assert [row.name for row in report] == ["transformer_blocks.0.attn.to_q", "<output>"]
+    assert report[0].isolated["rel_mse"] < ISOLATED_LAYER_BOUND
+    with pytest.raises(KeyError, match="not quantized layers"):
+        layer_error_report(policy, copy_, inputs, layers=["x_embedder"])

@@ -1,0 +1,156 @@
+"""Property-based tests (hypothesis) of solbench.quant's quantizers.
+
+- Rounding: every decoded element is a nearest point of its block's grid (so within half a grid
+  step of the input, or saturated at the block's largest magnitude).
+- Ranges: element codes, scale bytes and fp8 codes stay inside the format for finite inputs.
+- Idempotence: quantizing a dequantized tensor gives it back.
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import ml_dtypes
+import numpy as np
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from solbench.quant import fake_quantize, quantize
+
+E2M1_GRID = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float64)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def arrays(min_value=-1e6, max_value=1e6, max_rows=4, max_cols=70):
+    """float32 arrays [rows, cols] with hypothesis' full float mix (zeros, tiny, huge, -0.0)."""
+    shapes = st.tuples(st.integers(1, max_rows), st.integers(1, max_cols))
+    bounds = [float(np.float32(v)) for v in (min_value, max_value)]
+    elements = st.floats(*bounds, allow_nan=False, allow_infinity=False, width=32)
+    return shapes.flatmap(lambda shape: hnp.arrays(np.float32, shape, elements=elements))
+
+
+def bounded_range_arrays():
+    """Values m * 2**e with m in [0.5, 1] or 0 and |e| <= 6: every block's amax is within 2**-13
+    of the tensor's, so all NVFP4 block scales are normal E4M3 numbers."""
+    shapes = st.tuples(st.integers(1, 4), st.integers(1, 64))
+
+    def build(shape):
+        n = shape[0] * shape[1]
+        mantissas = hnp.arrays(np.float64, n, elements=st.one_of(st.just(0.0), st.floats(0.5, 1.0)))
+        exponents = hnp.arrays(np.int64, n, elements=st.integers(-6, 6))
+        signs = hnp.arrays(np.bool_, n)
+        return st.tuples(mantissas, exponents, signs).map(
+            lambda t: (np.where(t[2], -1.0, 1.0) * np.ldexp(t[0], t[1])).astype(np.float32).reshape(shape)
+        )
+
+    return shapes.flatmap(build).map(lambda a: np.asarray(a, np.float32))
+
+
+def block_decode_factors(q, x_shape):
+    """Per-element decode factor d (grid = E2M1 values * d) from the stored scales, recomputed in
+    numpy (nvfp4: s_b * S_dec with S_dec = 1 / min(2688 / g, FLT_MAX); mxfp4: 2**(byte - 127))."""
+    rows, k = int(np.prod(x_shape[:-1])), x_shape[-1]
+    if q.fmt == "nvfp4":
+        g = np.float32(q.global_amax)
+        with np.errstate(divide="ignore"):
+            s_enc = np.float32(1) if g == 0 else min(np.float32(2688) / g, np.finfo(np.float32).max)
+        d = q.scales.float().numpy().reshape(rows, -1).astype(np.float64) * float(np.float32(1) / s_enc)
+        block = 16
+    else:
+        d = np.ldexp(1.0, q.scales.numpy().reshape(rows, -1).astype(np.int64) - 127)
+        block = 32
+    return np.repeat(d, block, axis=1)[:, :k]
+
+
+def assert_nearest_grid_point(x, x_hat, d):
+    x = x.astype(np.float64)
+    x_hat = x_hat.astype(np.float64)
+    grid = np.concatenate([-E2M1_GRID[::-1], E2M1_GRID])[None, None, :] * d[..., None]
+    best = np.abs(x[..., None] - grid).min(axis=-1)
+    err = np.abs(x - x_hat)
+    # tolerance: a few fp32 ulps of the grid's largest value (the encode scale is a rounded 1/d)
+    slack = 1e-6 * 6 * d + 1e-45
+    assert (err <= best + slack).all(), f"not a nearest grid point: err {err[err > best + slack][:4]}, best {best[err > best + slack][:4]}"
+    on_grid = np.abs(x_hat[..., None] - grid).min(axis=-1) <= 1e-6 * 6 * d + 1e-45
+    assert on_grid.all()
+
+
+@SETTINGS
+@given(x=arrays(), block=st.sampled_from([(1, 16), (16, 16)]))
+def test_nvfp4_rounds_to_a_nearest_point_of_the_block_grid(x, block):
+    q = quantize(torch.from_numpy(x), "nvfp4", block)
+    x_hat = q.dequantize().numpy()
+    assert_nearest_grid_point(x, x_hat, block_decode_factors(q, x.shape))
+
+
+@SETTINGS
+@given(x=arrays(min_value=-1e30, max_value=1e30))
+def test_mxfp4_rounds_to_a_nearest_point_of_the_block_grid(x):
+    q = quantize(torch.from_numpy(x), "mxfp4")
+    assert_nearest_grid_point(x, q.dequantize().numpy(), block_decode_factors(q, x.shape))
+
+
+@SETTINGS
+@given(x=arrays(), per_channel=st.booleans())
+def test_fp8_within_half_an_e4m3_step(x, per_channel):
+    q = quantize(torch.from_numpy(x), "fp8", "channel" if per_channel else None)
+    decode = q.scales.numpy().astype(np.float64)
+    decode = decode.reshape(-1, 1) if per_channel else decode
+    scaled = x.astype(np.float64) / decode
+    rounded = q.codes.numpy().view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    # E4M3 spacing at |v|: 2**(floor(log2 |v|) - 3), subnormal spacing 2**-9
+    magnitude = np.maximum(np.abs(rounded), 2.0**-6)
+    half_step = 0.5 * np.exp2(np.floor(np.log2(magnitude)) - 3)
+    assert (np.abs(scaled - rounded) <= half_step * (1 + 1e-6) + 1e-6).all()
+
+
+@SETTINGS
+@given(x=arrays(min_value=-3e38, max_value=3e38), fmt=st.sampled_from(["nvfp4", "mxfp4", "fp8"]))
+def test_codes_and_scales_stay_in_range(x, fmt):
+    q = quantize(torch.from_numpy(x), fmt)
+    if fmt == "nvfp4":
+        scale_bytes = q.scales.view(torch.uint8)
+        assert (scale_bytes <= 0x7E).all()  # finite and <= 448; never the NaN pattern 0x7F
+    elif fmt == "mxfp4":
+        assert (q.scales <= 254).all()  # 0xFF is NaN
+    else:
+        assert not ((q.codes & 0x7F) == 0x7F).any()  # E4M3 NaN is S.1111.111
+    out = q.dequantize()
+    assert torch.isfinite(out).all()
+    if fmt != "fp8":
+        nibbles = torch.stack([q.codes & 15, q.codes >> 4])
+        assert (nibbles <= 15).all()
+
+
+@SETTINGS
+@given(x=arrays(min_value=-1e30, max_value=1e30))
+def test_mxfp4_is_idempotent(x):
+    q = quantize(torch.from_numpy(x), "mxfp4")
+    again = quantize(q.dequantize(), "mxfp4")
+    assert torch.equal(again.scales, q.scales)
+    assert torch.equal(again.dequantize(), q.dequantize())
+
+
+@SETTINGS
+@given(x=bounded_range_arrays(), block=st.sampled_from([(1, 16), (16, 16)]))
+def test_nvfp4_is_idempotent(x, block):
+    q = quantize(torch.from_numpy(x), "nvfp4", block)
+    again = quantize(q.dequantize(), "nvfp4", block)
+    assert torch.equal(again.scales.view(torch.uint8), q.scales.view(torch.uint8))
+    # codes compared by value: a zero may come back as +0 or -0
+    first = torch.stack([q.codes & 15, q.codes >> 4]).clone()
+    second = torch.stack([again.codes & 15, again.codes >> 4]).clone()
+    first[first == 8] = 0
+    second[second == 8] = 0
+    assert torch.equal(first, second)
+    x_hat, x_hat2 = q.dequantize().numpy(), again.dequantize().numpy()
+    assert (np.abs(x_hat2 - x_hat) <= 2 * np.spacing(np.abs(x_hat))).all()
+
+
+@SETTINGS
+@given(x=arrays(), fmt=st.sampled_from(["nvfp4", "mxfp4", "fp8"]))
+def test_fake_quantize_equals_dequantize(x, fmt):
+    t = torch.from_numpy(x)
+    assert torch.equal(fake_quantize(t, fmt), quantize(t, fmt).dequantize())

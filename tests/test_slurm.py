@@ -1,0 +1,166 @@
+"""Launching on a real Slurm cluster (slurm/local-cluster.sh up): job arrays through submitit's
+executor.batch(), crashes reported with tracebacks, a cancelled job resumed from its checkpoint
+after resubmission, and a preempted job checkpointed and requeued by itself.
+
+Skipped only when no Slurm controller answers `scontrol ping` (CI brings the cluster up first).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from solbench.launch import RunTask, execute_run, launch_spec, run_states, wait_for_runs
+from solbench.results import RunStore
+from solbench.spec import load_spec
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _slurm_up() -> tuple[bool, str]:
+    if shutil.which("scontrol") is None:
+        return False, "Slurm is not installed (run: bash slurm/local-cluster.sh up)"
+    try:
+        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as err:
+        return False, f"scontrol ping failed: {err}"
+    if out.returncode != 0 or "UP" not in out.stdout:
+        return False, f"no Slurm controller answers scontrol ping (run: bash slurm/local-cluster.sh up): {out.stdout.strip()} {out.stderr.strip()}"
+    return True, ""
+
+
+UP, WHY = _slurm_up()
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(not UP, reason=WHY)]
+
+SPEC = """
+name: slurmtest
+launch: debug
+base:
+  model: {name: tiny}
+  rewards: {shapes_geneval: 1.0}
+  prompts_per_iter: 2
+  iterations: ITERATIONS
+  eval: {every: 2, prompts: shapes/eval, n_prompts: 2, seeds_per_prompt: 1, rewards: [shapes_geneval]}
+matrix:
+  method: [diffusion_nft]
+  seed: SEEDS
+  group_size: [2]
+"""
+
+
+def make_spec(tmp_path: Path, seeds: str, iterations: int = 3):
+    path = tmp_path / "slurmtest.yaml"
+    path.write_text(textwrap.dedent(SPEC).replace("SEEDS", seeds).replace("ITERATIONS", str(iterations)))
+    return load_spec(path)
+
+
+def sacct_state(job_id: str) -> str:
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+
+
+def squeue_state(job_id: str) -> str:
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def run_dirs(spec, results):
+    return {r.run_id: spec.run_dir(results, r.run_id) for r in spec.runs}
+
+
+def wait_until(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_a_spec_runs_as_one_job_array_and_a_crash_is_reported_with_its_traceback(tmp_path):
+    spec = make_spec(tmp_path, "[0, 1, 2]")
+    results = tmp_path / "results"
+    outcome = launch_spec(spec, results, run_fn="_runfns:crash_on_seed_1", sys_path=[str(TESTS)])
+    job_ids = outcome.submission.job_ids
+    assert outcome.executor == "slurm" and len(job_ids) == 3
+    assert len({j.split("_")[0] for j in job_ids.values()}) == 1  # one array
+    assert sorted(j.split("_")[1] for j in job_ids.values()) == ["0", "1", "2"]
+
+    states = wait_for_runs(run_dirs(spec, results), poll_s=1, timeout_s=150)
+    by_seed = {r.config.seed: r for r in spec.runs}
+    assert states[by_seed[0].run_id] == states[by_seed[2].run_id] == "done"
+    assert states[by_seed[1].run_id] == "failed"
+    crashed = RunStore(spec.run_dir(results, by_seed[1].run_id), by_seed[1].run_id).read_status()
+    assert crashed["error"] == "ValueError: boom: seed 1 always crashes" and "crash_on_seed_1" in crashed["traceback"]
+    assert crashed["slurm_job_id"] == job_ids[by_seed[1].run_id]
+    done = RunStore(spec.run_dir(results, by_seed[0].run_id), by_seed[0].run_id)
+    assert [r["step"] for r in done.read("metrics")] == [0, 1, 2, 3]
+    assert done.read_json("env.json")["slurm"]["slurm_array_task_id"] in {"0", "1", "2"}
+    wait_until(lambda: sacct_state(job_ids[by_seed[1].run_id]) == "FAILED", 30, "sacct FAILED")
+    assert sacct_state(job_ids[by_seed[0].run_id]) == "COMPLETED"
+
+    # re-running relaunches only the failed run
+    again = launch_spec(load_spec(spec.path), results, run_fn="_runfns:counting_run", sys_path=[str(TESTS)])
+    assert list(again.submission.job_ids) == [by_seed[1].run_id]
+    assert wait_for_runs(run_dirs(spec, results), poll_s=1, timeout_s=90)[by_seed[1].run_id] == "done"
+
+
+def _start_and_wait_for_checkpoint(spec, results, step: int):
+    os.environ["SOLBENCH_TEST_STEP_S"] = "1.0"  # inherited by the job (sbatch exports the environment)
+    try:
+        outcome = launch_spec(spec, results, run_fn="_runfns:counting_run", sys_path=[str(TESTS)])
+    finally:
+        del os.environ["SOLBENCH_TEST_STEP_S"]
+    run = spec.runs[0]
+    store = RunStore(spec.run_dir(results, run.run_id), run.run_id)
+    wait_until(lambda: (store.latest_checkpoint() or (0,))[0] >= step, 90, f"checkpoint of step {step}")
+    return outcome.submission.job_ids[run.run_id], run, store
+
+
+def _assert_resumed_exactly(run, store, tmp_path):
+    starts = [int(s) for s in (store.run_dir / "starts.txt").read_text().split()]
+    assert starts[0] == 1 and len(starts) == 2 and starts[1] >= 3, starts
+    assert [r["step"] for r in store.read("metrics")] == list(range(0, run.config.iterations + 1))
+    assert [r["step"] for r in store.read("timings")] == list(range(1, run.config.iterations + 1))
+    reference = RunStore(tmp_path / "reference", run.run_id)
+    execute_run(RunTask(str(reference.run_dir), run.config.to_dict(), "_runfns:counting_run", [str(TESTS)]))
+    assert [r["value"] for r in store.read("metrics")] == [r["value"] for r in reference.read("metrics")]
+
+
+def test_a_cancelled_job_resubmitted_resumes_from_its_checkpoint_without_duplicates(tmp_path):
+    spec = make_spec(tmp_path, "[0]", iterations=10)
+    results = tmp_path / "results"
+    job_id, run, store = _start_and_wait_for_checkpoint(spec, results, step=2)
+    subprocess.run(["scancel", job_id], check=True)
+    # the killed job cannot update status.json; the state read from disk + Slurm says interrupted
+    wait_until(lambda: run_states(run_dirs(spec, results))[run.run_id][0] == "interrupted", 60, "interrupted")
+    assert store.read_status()["state"] == "running"
+
+    again = launch_spec(load_spec(spec.path), results, run_fn="_runfns:counting_run", sys_path=[str(TESTS)])
+    assert list(again.submission.job_ids) == [run.run_id] and again.submission.job_ids[run.run_id] != job_id
+    assert wait_for_runs(run_dirs(spec, results), poll_s=1, timeout_s=90)[run.run_id] == "done"
+    status = store.read_status()
+    assert status["attempt"] == 2 and status["slurm_job_id"] == again.submission.job_ids[run.run_id]
+    _assert_resumed_exactly(run, store, tmp_path)
+
+
+def test_a_preempted_job_checkpoints_requeues_and_resumes(tmp_path):
+    spec = make_spec(tmp_path, "[0]", iterations=10)
+    results = tmp_path / "results"
+    job_id, run, store = _start_and_wait_for_checkpoint(spec, results, step=2)
+    # what Slurm sends before preempting (submitit's own test hook does the same)
+    subprocess.run(["scancel", "--signal", "USR2", job_id], check=True)
+    wait_until(lambda: store.read_status().get("requeued_at") is not None, 30, "checkpoint() on USR2")
+    # Slurm holds a requeued job for about two minutes (its begin time); on this test cluster
+    # release it at once.
+    wait_until(lambda: squeue_state(job_id) == "PENDING", 30, "the job requeued as PENDING")
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+    assert wait_for_runs(run_dirs(spec, results), poll_s=1, timeout_s=150)[run.run_id] == "done"
+    status = store.read_status()
+    assert status["attempt"] == 2 and status["slurm_job_id"] == job_id  # the same job, requeued
+    _assert_resumed_exactly(run, store, tmp_path)

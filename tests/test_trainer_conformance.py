@@ -1,0 +1,159 @@
+"""Conformance of every registered method with the harness, on the embedded tiny model.
+
+For each method (small settings so that a run takes seconds, untrained weights, a continuous reward
+so that advantages are never all zero):
+- one iteration changes the trained parameters and emits the required rows (metrics, timings,
+  candidates, eval rows at step 0 and at the end, TensorBoard events, a sample grid);
+- a second run with the same seed gives identical rows;
+- that second run is interrupted during iteration 3 and resumed from the checkpoint of iteration 2:
+  iterations 3-4 reproduce the first run exactly and no row is lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from solbench.config import EvalConfig, FinetuneConfig, ModelConfig, RunConfig, SamplingConfig
+from solbench.errors import NonFiniteLossError
+from solbench.method import get_method, method_names
+from solbench.results import RunStore
+from solbench.trainer import Trainer, train_run
+
+# Small per-method settings (the paper defaults are exercised by test_methods_registry).
+SMALL = {
+    "diffusion_nft": {"group_size": 3},
+    "sol_rl": {"n": 4, "k": 2, "explore_steps": 2},
+    "naive_fp4": {"n": 4, "k": 2},
+    "naive_scaling": {"n": 4, "k": 2},
+    "flow_grpo": {"group_size": 3, "clip_range": 0.2},
+    "dance_grpo": {"group_size": 3, "clip_range": 0.2},
+    "awm": {"group_size": 3, "train_timesteps": 2},
+}
+# phases each method's iteration must time, beyond "train"
+PHASES = {
+    "diffusion_nft": {"rollout", "reward"},
+    "sol_rl": {"explore", "select", "regenerate", "reward", "sync"},
+    "naive_fp4": {"explore", "select", "reward", "sync"},
+    "naive_scaling": {"rollout", "select", "reward"},
+    "flow_grpo": {"rollout", "reward"},
+    "dance_grpo": {"rollout", "reward"},
+    "awm": {"rollout", "reward"},
+}
+ITERATIONS = 4
+
+
+def small_config(method: str, **overrides) -> RunConfig:
+    cfg = RunConfig(
+        experiment="conformance", method=method, method_config=SMALL.get(method, {}),
+        model=ModelConfig(name="tiny", path="random"), rewards={"colorfulness": 1.0},
+        prompts_per_iter=1, iterations=ITERATIONS, seed=7,
+        finetune=FinetuneConfig(lora_rank=4, lora_alpha=8, lr=1e-3),
+        sampling=SamplingConfig(steps=2, eval_steps=1),
+        eval=EvalConfig(every=4, n_prompts=1, seeds_per_prompt=1, rewards=["colorfulness"], grid_prompts=1),
+        checkpoint_every=1, device="cpu")
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def comparable(store: RunStore) -> dict[str, list[dict]]:
+    """Every row minus the wall-clock fields, which legitimately differ between runs."""
+    tables = {}
+    for table in ("metrics", "timings", "candidates"):
+        rows = []
+        for row in store.read(table):
+            row = {k: v for k, v in row.items() if k not in ("wall_s", "seconds", "run_id")}
+            rows.append(row)
+        tables[table] = rows
+    return tables
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_every_builtin_method_has_small_settings():
+    assert set(SMALL) == set(method_names()) - {"outside_method"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(SMALL))
+def test_method_conformance(method, tmp_path):
+    cfg = small_config(method)
+    store_a = RunStore(tmp_path / "a", cfg.run_id)
+    trainer = Trainer(cfg, store_a)
+    before = [t.detach().clone() for t in trainer.nets.trainable("policy")]
+    changed_after_first = {}
+
+    def watch(run_id, step, phase, info):
+        if step == 1 and phase == "train":
+            after = trainer.nets.trainable("policy")
+            changed_after_first["delta"] = max(float((a.detach() - b).abs().max()) for a, b in zip(after, before))
+
+    trainer.progress = watch
+    summary = trainer.run()
+    assert summary["step"] == ITERATIONS
+    assert changed_after_first["delta"] > 0, "one iteration left the trained parameters unchanged"
+
+    rows = comparable(store_a)
+    train = {(r["step"], r["metric"]) for r in rows["metrics"] if r["split"] == "train"}
+    for step in range(1, ITERATIONS + 1):
+        for metric in ("reward", "reward_all", "loss", "grad_norm", "lr"):
+            assert (step, metric) in train, f"missing train metric {metric} at step {step}"
+    eval_steps = sorted({r["step"] for r in rows["metrics"] if r["split"] == "eval"})
+    assert eval_steps == [0, 4]
+    assert any(r["metric"].startswith("colorfulness/") for r in rows["metrics"] if r["split"] == "eval")
+    phases = {r["phase"] for r in rows["timings"] if r["step"] == 1}
+    assert PHASES[method] | {"train"} <= phases, phases
+    step1 = [r for r in rows["candidates"] if r["step"] == 1]
+    assert step1 and all(r["prompt_id"].startswith("train-") for r in step1)
+    assert any(r["selected"] for r in step1)
+    assert list((tmp_path / "a" / "tb").iterdir()), "no TensorBoard events"
+    assert len(list((tmp_path / "a" / "samples").glob("*.png"))) == 2
+
+    # A second run with the same seed, interrupted during iteration 3, then resumed.
+    store_b = RunStore(tmp_path / "b", cfg.run_id)
+
+    def interrupt(run_id, step, phase, info):
+        if step == 3 and phase == "train":
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        train_run(cfg, store_b, progress=interrupt)
+    assert store_b.latest_checkpoint()[0] == 2
+    train_run(cfg, store_b)
+    assert comparable(store_b) == rows
+
+
+def test_nan_loss_stops_the_run_with_a_clear_error(tmp_path):
+    cfg = small_config("diffusion_nft", iterations=1)
+    trainer = Trainer(cfg, RunStore(tmp_path, cfg.run_id))
+    original = trainer.method.loss
+
+    def poisoned(engine, chunk):
+        loss, logs = original(engine, chunk)
+        return loss * float("nan"), logs
+
+    trainer.method.loss = poisoned
+    with pytest.raises(NonFiniteLossError, match="loss is nan at step 1, micro-batch 0"):
+        trainer.run()
+
+
+def test_full_finetuning_and_gradient_accumulation(tmp_path):
+    """Full fine-tuning trains every transformer weight; grad_accum=2 over micro-batches of 3 samples
+    makes one optimizer step per two micro-batches."""
+    cfg = small_config("diffusion_nft", iterations=1, prompts_per_iter=2,
+                       method_config={"group_size": 3, "micro_batch_size": 3},
+                       finetune=FinetuneConfig(mode="full", lr=1e-4, grad_accum=2))
+    trainer = Trainer(cfg, RunStore(tmp_path, cfg.run_id))
+    before = copy.deepcopy(trainer.adapter.transformer.state_dict())
+    trainer.run()
+    after = trainer.adapter.transformer.state_dict()
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert len(changed) > len(before) // 2
+    steps = [r for r in trainer.store.read("metrics") if r["metric"] == "optimizer_steps"]
+    assert [r["value"] for r in steps] == [1.0]  # 6 samples -> 2 micro-batches -> 1 step
+    assert get_method("diffusion_nft").nets <= set(trainer.nets)
