@@ -9,7 +9,8 @@ round running every candidate once in turn so that load from other jobs hits the
    read, one freshly allocated write). NVFP4 quantize alone is also timed against torchao's
    nvfp4_quantize.
 2. One forward pass of an embedded-size FLUX transformer (about 1.8M parameters: width 128,
-   2 double + 2 single blocks, 64 image tokens of 48 channels, batch 64) in fp32 and as the
+   2 double + 2 single blocks, 64 image tokens of 48 channels, batch 64; and a width-512 variant
+   of 28M parameters at batch 16) in fp32 and as the
    quantized copy of each recipe on each backend that runs here, plus the time of one
    sync_weights (the per-iteration re-quantization).
 
@@ -17,7 +18,7 @@ On CPU nothing runs in FP4: the emulated backend computes the same numbers as a 
 GEMM (for fidelity studies) in fp32, so its forward can only be slower than fp32. FP4 speedups
 need the TransformerEngine backend on a Blackwell GPU.
 
-Usage: python benchmarks/quant.py [--repeats 7] [--size 4096] [--threads N] [--batch 64]
+Usage: python benchmarks/quant.py [--repeats 7] [--size 4096] [--threads N] [--batch 64] [--wide-batch 16]
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ def torchao_references(x: torch.Tensor):
         return {}
     per_tensor_scale = x.float().abs().max() / 2688.0
     return {
-        "nvfp4": lambda: NVFP4Tensor.to_nvfp4(x, 16, per_tensor_scale=per_tensor_scale).dequantize(torch.float32),
+        "nvfp4": lambda: NVFP4Tensor.to_nvfp4(x, 16, per_tensor_scale=per_tensor_scale).dequantize(x.dtype),
         "nvfp4 quantize only": lambda: nvfp4_quantize(x, 16, per_tensor_scale),
-        "mxfp4": lambda: MXTensor.to_mx(x, torch.float4_e2m1fn_x2, 32).dequantize(torch.float32),
+        "mxfp4": lambda: MXTensor.to_mx(x, torch.float4_e2m1fn_x2, 32).dequantize(x.dtype),
     }
 
 
@@ -86,13 +87,14 @@ def bench_quantizers(size: int, repeats: int) -> None:
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
+        # round trips decode back to the input dtype, like the copy they are compared with
         ours = {
-            "nvfp4": lambda: quantize(x, "nvfp4").dequantize(torch.float32),
+            "nvfp4": lambda: quantize(x, "nvfp4").dequantize(),
             "nvfp4 quantize only": lambda: quantize(x, "nvfp4"),
-            "nvfp4 16x16": lambda: quantize(x, "nvfp4", (16, 16)).dequantize(torch.float32),
+            "nvfp4 16x16": lambda: quantize(x, "nvfp4", (16, 16)).dequantize(),
             "nvfp4 fake_quantize": lambda: fake_quantize(x, "nvfp4"),
-            "mxfp4": lambda: quantize(x, "mxfp4").dequantize(torch.float32),
-            "fp8": lambda: quantize(x, "fp8").dequantize(torch.float32),
+            "mxfp4": lambda: quantize(x, "mxfp4").dequantize(),
+            "fp8": lambda: quantize(x, "fp8").dequantize(),
         }
         reference = torchao_references(x)
         candidates = {f"ours {k}": v for k, v in ours.items()}
@@ -132,6 +134,38 @@ def embedded_flux(width: int = 128, heads: int = 4):
     ).eval()
 
 
+def bench_te(model, inputs, repeats: int) -> List[List[str]]:
+    """TransformerEngine rows: bf16 on the GPU vs te copies, or why they cannot run here."""
+    runnable = [n for n in ("nvfp4_w4a4", "fp8_w8a8") if te_unavailable_reason(RECIPES[n].replace(backend="te")) is None]
+    if not runnable:
+        reason = te_unavailable_reason(RECIPES["nvfp4_w4a4"].replace(backend="te"))
+        return [["nvfp4_w4a4 / fp8_w8a8", "te", "-", "-", "-", f"not run: {reason}"]]
+    import copy
+
+    device = torch.device("cuda")
+    gpu_model = copy.deepcopy(model).to(device, torch.bfloat16)
+    gpu_inputs = {
+        k: (v.to(device, torch.bfloat16) if v.is_floating_point() else v.to(device)) if torch.is_tensor(v) else v
+        for k, v in inputs.items()
+    }
+
+    def timed(module):
+        def run():
+            module(**gpu_inputs)
+            torch.cuda.synchronize()  # time the GPU work, not the launch
+        return run
+
+    candidates = {"bf16": timed(gpu_model)}
+    for name in runnable:
+        candidates[name] = timed(quantized_copy(gpu_model, RECIPES[name].replace(backend="te")))
+    with torch.no_grad():
+        t = interleaved_medians(candidates, repeats, warmup=3)
+    rows = [["bf16 (GPU)", "-", f"{1e3 * t['bf16']:.2f}", "1.00x", "-", torch.cuda.get_device_name()]]
+    for name in runnable:
+        rows.append([name, "te", f"{1e3 * t[name]:.2f}", f"{t[name] / t['bf16']:.2f}x", "-", "vs bf16 on the GPU"])
+    return rows
+
+
 def bench_forward(batch: int, repeats: int, width: int) -> None:
     model = embedded_flux(width)
     gen = torch.Generator().manual_seed(1)
@@ -154,18 +188,15 @@ def bench_forward(batch: int, repeats: int, width: int) -> None:
         t = interleaved_medians(candidates, repeats)
     ts = interleaved_medians(syncs, max(3, repeats // 2))
     params = sum(p.numel() for p in model.parameters())
-    rows = [["fp32", "-", f"{1e3 * t['fp32']:.1f}", "1.00x", "-"]]
+    rows = [["fp32", "-", f"{1e3 * t['fp32']:.1f}", "1.00x", "-", ""]]
     for name in recipes:
         rows.append([name, "emulated", f"{1e3 * t[name]:.1f}", f"{t[name] / t['fp32']:.2f}x",
-                     f"{1e3 * ts['sync ' + name]:.1f}"])
-    for name in ("nvfp4_flux", "fp8_w8a8"):
-        reason = te_unavailable_reason(RECIPES[name].replace(backend="te"))
-        if reason:
-            rows.append([name, "te", "not run", "-", reason])
+                     f"{1e3 * ts['sync ' + name]:.1f}", ""])
+    rows.extend(bench_te(model, inputs, repeats))
     print_table(
         f"Forward of a FLUX transformer, width {width}, {params / 1e6:.2f}M parameters, batch {batch} x 72 tokens "
         f"(median of {repeats})",
-        ["recipe", "backend", "forward ms", "vs fp32", "sync_weights ms"],
+        ["recipe", "backend", "forward ms", "vs fp32", "sync_weights ms", "note"],
         rows,
     )
 
@@ -174,7 +205,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds per candidate (median reported)")
     parser.add_argument("--size", type=int, default=4096, help="side of the square tensor for section 1")
-    parser.add_argument("--batch", type=int, default=64, help="batch of the forward benchmark")
+    parser.add_argument("--batch", type=int, default=64, help="batch of the width-128 forward benchmark")
+    parser.add_argument("--wide-batch", type=int, default=16, help="batch of the width-512 forward benchmark")
     parser.add_argument("--widths", type=int, nargs="+", default=[128, 512], help="model widths for section 2")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args()
@@ -187,7 +219,7 @@ def main() -> None:
     )
     bench_quantizers(args.size, args.repeats)
     for width in args.widths:
-        bench_forward(args.batch, args.repeats, width)
+        bench_forward(args.batch if width <= 128 else args.wide_batch, args.repeats, width)
 
 
 if __name__ == "__main__":

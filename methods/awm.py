@@ -36,8 +36,8 @@ from typing import Literal
 import torch
 
 from solbench.advantages import group_advantages, group_reward_std
-from solbench.method import (Batch, Candidate, Chunk, Iteration, Method, broadcast_time, expand_groups,
-                             help_field, mean_dims, micro_batches, register)
+from solbench.method import (Batch, Candidate, Chunk, Iteration, Method, broadcast_time, ema_into_role,
+                             expand_groups, help_field, mean_dims, micro_batches, register, velocity_deviation)
 from solbench.sampling import SamplerSpec
 from solbench.methods.diffusion_nft import old_policy_decay
 
@@ -134,21 +134,14 @@ class AWM(Method):
         loss = policy_loss
         logs = {"policy_loss": float(policy_loss.detach()), "matching": float(matching.detach().mean())}
         if cfg.kl_beta > 0:
-            with torch.no_grad():
-                v_ref = engine.velocity("reference", x_t, t, cond).float()
-            kl = mean_dims((v - v_ref) ** 2).mean()
+            kl = velocity_deviation(engine, "reference", v, x_t, t, cond)
             loss = loss + cfg.kl_beta * kl
             logs["kl"] = float(kl.detach())
         if cfg.slow_beta > 0:
-            with torch.no_grad():
-                v_slow = engine.velocity("old", x_t, t, cond).float()
-            kl_slow = mean_dims((v - v_slow) ** 2).mean()
+            kl_slow = velocity_deviation(engine, "old", v, x_t, t, cond)
             loss = loss + cfg.slow_beta * kl_slow
             logs["kl_slow"] = float(kl_slow.detach())
         return loss, logs
 
     def after_update(self, nets, step: int) -> None:
-        decay = old_policy_decay(step, self.config.slow_decay_rate, self.config.slow_decay_max)
-        with torch.no_grad():
-            for slow, new in zip(nets.trainable("old"), nets.trainable("policy"), strict=True):
-                slow.mul_(decay).add_(new.detach(), alpha=1 - decay)
+        ema_into_role(nets, "old", old_policy_decay(step, self.config.slow_decay_rate, self.config.slow_decay_max))

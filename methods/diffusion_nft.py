@@ -38,8 +38,8 @@ from typing import Literal
 import torch
 
 from solbench.advantages import group_advantages, group_reward_std
-from solbench.method import (Batch, Candidate, Chunk, Iteration, Method, broadcast_time, expand_groups,
-                             help_field, mean_dims, micro_batches, register)
+from solbench.method import (Batch, Candidate, Chunk, Iteration, Method, broadcast_time, ema_into_role,
+                             expand_groups, help_field, mean_dims, micro_batches, register, velocity_deviation)
 from solbench.sampling import SamplerSpec
 
 
@@ -164,15 +164,10 @@ class DiffusionNFT(Method):
         loss = policy_loss
         logs = {"policy_loss": float(policy_loss.detach()), "old_deviation": float(((v.detach() - v_old) ** 2).mean())}
         if cfg.kl_beta > 0:
-            with torch.no_grad():
-                v_ref = engine.velocity("reference", x_t, t, cond).float()
-            kl = mean_dims((v - v_ref) ** 2).mean()
+            kl = velocity_deviation(engine, "reference", v, x_t, t, cond)
             loss = loss + cfg.kl_beta * kl
             logs["kl"] = float(kl.detach())
         return loss, logs
 
     def after_update(self, nets, step: int) -> None:
-        decay = old_policy_decay(step, self.config.old_decay_rate, self.config.old_decay_max)
-        with torch.no_grad():
-            for old, new in zip(nets.trainable("old"), nets.trainable("policy"), strict=True):
-                old.mul_(decay).add_(new.detach(), alpha=1 - decay)
+        ema_into_role(nets, "old", old_policy_decay(step, self.config.old_decay_rate, self.config.old_decay_max))

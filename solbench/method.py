@@ -349,3 +349,20 @@ def mean_dims(x: torch.Tensor) -> torch.Tensor:
 def broadcast_time(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """t [B] reshaped to broadcast against ``like`` [B, ...]."""
     return t.reshape(-1, *([1] * (like.ndim - 1))).to(like.dtype)
+
+
+def velocity_deviation(engine, role: str, v: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor, cond) -> torch.Tensor:
+    """mean ||v - v_role(x_t, t)||^2 over the batch, with no gradient through the frozen ``role``.
+
+    The KL-style regulariser of DiffusionNFT and AWM toward the reference (or a slow copy).
+    """
+    with torch.no_grad():
+        v_role = engine.velocity(role, x_t, t, cond).float()
+    return mean_dims((v - v_role) ** 2).mean()
+
+
+@torch.no_grad()
+def ema_into_role(nets, role: str, decay: float) -> None:
+    """theta_role <- decay * theta_role + (1 - decay) * theta_policy over the trainable parameters."""
+    for target, new in zip(nets.trainable(role), nets.trainable("policy"), strict=True):
+        target.mul_(decay).add_(new.detach(), alpha=1 - decay)

@@ -169,7 +169,8 @@ class LiveDisplay:
         from rich.console import Console
 
         self.board = board
-        self.console = Console(file=stream or sys.stderr)
+        # soft_wrap: log lines stay whole in files and CI logs instead of wrapping at 80 columns.
+        self.console = Console(file=stream or sys.stderr, soft_wrap=True)
         self.enabled = enabled
         self.log_steps = log_steps
         self._live = None

@@ -91,6 +91,20 @@ def quant_explore_fns(quant_cfg) -> ExploreFns:
     return factory, sync
 
 
+def build_policy_nets(cfg: RunConfig, adapter, roles, *, explore_source: str = "policy",
+                      explore: ExploreFns | None = None) -> PolicyNets:
+    """The networks of a run by role, on ``adapter.transformer``, as the trainer builds them.
+
+    With "explore" in ``roles`` the explore copy mirrors ``explore_source`` through ``explore``
+    (default: the run's quantization recipe, ``quant_explore_fns(cfg.quant)``). Load a checkpoint
+    into the result with ``nets.load_state_dict(state["nets"])`` (which re-syncs the explore copy).
+    Also used by the standalone fidelity experiment (solbench.fidelity).
+    """
+    factory, sync = (explore or quant_explore_fns(cfg.quant)) if "explore" in roles else (None, None)
+    return PolicyNets(adapter.transformer, cfg.finetune, roles, explore_source=explore_source,
+                      explore_factory=factory, explore_sync=sync)
+
+
 def _seeded_generator(run_seed: int, purpose: str, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(noise_seed(run_seed, purpose, str(step), 0))
 
@@ -131,9 +145,8 @@ class Trainer:
 
         self.adapter = build_adapter(cfg.model, self.device)
         uses_explore = "explore" in method_cls.nets
-        factory, sync = (explore or quant_explore_fns(cfg.quant)) if uses_explore else (None, None)
-        self.nets = PolicyNets(self.adapter.transformer, cfg.finetune, method_cls.nets,
-                               explore_source=method_cls.rollout_net, explore_factory=factory, explore_sync=sync)
+        self.nets = build_policy_nets(cfg, self.adapter, method_cls.nets, explore_source=method_cls.rollout_net,
+                                      explore=explore)
         self.timer = PhaseTimer()
         self.engine = Engine(self.adapter, self.nets, reward_registry.RewardSet(cfg.rewards, self.device),
                              self.timer, cfg.seed, self.device,
@@ -275,13 +288,17 @@ class Trainer:
         writer = self.writer()
         for key, value in metrics.items():
             writer.add_scalar(f"eval/{key}", value, self.step)
-        n_grid = min(cfg.eval.grid_prompts, len(self.eval_prompts)) * seeds
-        self._save_grid(rollout.images[:n_grid], columns=seeds)
+        grid_records = self.eval_prompts[: min(cfg.eval.grid_prompts, len(self.eval_prompts))]
+        self._save_grid(rollout.images[: len(grid_records) * seeds], columns=seeds, records=grid_records)
         if self.progress:
             self.progress(self.store.run_id, self.step, "eval", metrics)
         return metrics
 
-    def _save_grid(self, images: torch.Tensor, columns: int) -> None:
+    def _save_grid(self, images: torch.Tensor, columns: int, records=()) -> None:
+        """samples/eval_step_<step>.png (one row per prompt, one column per eval seed) and a .json beside it
+        naming the rows' prompts, read by the report's sample grids."""
+        import json
+
         from PIL import Image
 
         if images.numel() == 0:
@@ -296,6 +313,9 @@ class Trainer:
         path = Path(self.store.run_dir) / "samples" / f"eval_step_{self.step:06d}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(array).save(path)
+        meta = {"step": self.step, "stream": "eval", "columns": columns, "seeds": list(range(columns)),
+                "cell": [h, w], "rows": [{"id": r.id, "text": r.text, "skill": r.skill} for r in records]}
+        path.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
 
     # -- records ------------------------------------------------------------------------------------
     def _metric_row(self, split: str, metric: str, value: float) -> dict[str, Any]:

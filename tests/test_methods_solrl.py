@@ -50,7 +50,6 @@ def selected_full(store: RunStore) -> list[tuple[str, int]]:
                   if r["precision"] == "full" and r["selected"])
 
 
-@pytest.mark.slow
 def test_identity_explore_with_full_steps_equals_naive_scaling(tmp_path):
     sol = Trainer(config("sol_rl", explore_steps=STEPS), RunStore(tmp_path / "sol", "sol"), explore=identity_explore())
     naive = Trainer(config("naive_scaling"), RunStore(tmp_path / "naive", "naive"))
@@ -71,7 +70,6 @@ def test_identity_explore_with_full_steps_equals_naive_scaling(tmp_path):
     assert any(float(p.abs().max()) > 0 for p in sol.nets.trainable("policy")[1::2])  # lora_B left its zero init
 
 
-@pytest.mark.slow
 def test_regenerated_samples_are_the_explored_seeds_and_the_explore_copy_is_resynced(tmp_path):
     trainer = Trainer(config("sol_rl", explore_steps=2), RunStore(tmp_path, "sol"))
     x = torch.randn(2, *trainer.adapter.latent_shape)

@@ -42,7 +42,7 @@ def test_report_files_and_header(report):
     assert positions == sorted(positions)
     for name in ("main_results_tiny.csv", "timing_table5.csv", "timing_phases_chart.png", "learning_curves_tiny.png",
                  "convergence_tiny.csv", "convergence_tiny_chart.png", "ranking_fidelity.csv",
-                 "ranking_fidelity_chart.png", "cost_projection_b200.csv", "samples_tiny.png"):
+                 "ranking_fidelity_chart.png", "cost_projection_b200.csv", "samples_tiny_sol_rl.png"):
         assert (folder / name).is_file(), name
         assert f"({name})" in text  # linked from the index
     # CSVs hold the tidy numbers

@@ -8,7 +8,6 @@ Skipped only when no Slurm controller answers `scontrol ping` (CI brings the clu
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import textwrap
 import time
@@ -20,22 +19,14 @@ from solbench.launch import RunTask, execute_run, launch_spec, run_states, wait_
 from solbench.results import RunStore
 from solbench.spec import load_spec
 
+from _slurm import slurm_up
+
 TESTS = Path(__file__).resolve().parent
 
 
-def _slurm_up() -> tuple[bool, str]:
-    if shutil.which("scontrol") is None:
-        return False, "Slurm is not installed (run: bash slurm/local-cluster.sh up)"
-    try:
-        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError) as err:
-        return False, f"scontrol ping failed: {err}"
-    if out.returncode != 0 or "UP" not in out.stdout:
-        return False, f"no Slurm controller answers scontrol ping (run: bash slurm/local-cluster.sh up): {out.stdout.strip()} {out.stderr.strip()}"
-    return True, ""
 
 
-UP, WHY = _slurm_up()
+UP, WHY = slurm_up()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(not UP, reason=WHY)]
 
 SPEC = """

@@ -11,7 +11,6 @@ trainer; the Slurm test skips only when `scontrol ping` fails.
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 import textwrap
 from datetime import datetime
@@ -27,6 +26,8 @@ from solbench.errors import ConfigError
 from solbench.launch import lock_is_held
 from solbench.results import RunStore
 from solbench.spec import load_spec
+
+from _slurm import slurm_up
 from solbench.sweep import (CurvePoint, Objective, Sweep, final_reward, metric_curve, open_study, reward_at_budget,
                             run_sweep, search_space, time_to_target)
 
@@ -373,19 +374,9 @@ def test_the_shipped_sweep_spec_runs_a_trial_through_the_real_trainer(tmp_path):
 # Slurm
 # ----------------------------------------------------------------------------------------------
 
-def _slurm_up() -> tuple[bool, str]:
-    if shutil.which("scontrol") is None:
-        return False, "Slurm is not installed (run: bash slurm/local-cluster.sh up)"
-    try:
-        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError) as err:
-        return False, f"scontrol ping failed: {err}"
-    if out.returncode != 0 or "UP" not in out.stdout:
-        return False, f"no Slurm controller answers scontrol ping: {out.stdout.strip()} {out.stderr.strip()}"
-    return True, ""
 
 
-SLURM_UP, SLURM_WHY = _slurm_up()
+SLURM_UP, SLURM_WHY = slurm_up()
 
 
 @pytest.mark.slurm

@@ -79,7 +79,6 @@ def test_every_builtin_method_has_small_settings():
     assert set(SMALL) == set(method_names()) - {"outside_method"}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(SMALL))
 def test_method_conformance(method, tmp_path):
     cfg = small_config(method)

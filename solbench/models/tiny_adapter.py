@@ -27,7 +27,9 @@ class TinyAdapter(ModelAdapter):
         self.full_dtype = full_dtype
         self.model = model.to(self.device)
         self.model.text_encoder.to(torch.float32)  # frozen; its outputs are cast per network
-        self.transformer = self.model.transformer.to(full_dtype)
+        self.transformer = self.model.transformer
+        if self.transformer.dtype != full_dtype:  # a no-op .to() still makes diffusers warn
+            self.transformer.to(full_dtype)
         self.latent_shape = tuple(model.config.latent_shape)
         self._flops: float | None = None
 

@@ -18,9 +18,10 @@ compute (see docs/quantization.md and /work/shared/reference/nvfp4.md):
 Codes and scale bytes match TE exactly. Decoding multiplies by one per-block factor, like TE's
 dequantize kernel (which forms (s_b * g) / 2688); values are within 1 ulp of (e2m1 * s_b) * S_dec.
 
-Everything is vectorised torch. Work is streamed over chunks of blocks into reused buffers:
-on CPU, allocating a fresh 64 MB tensor costs more (page faults) than the arithmetic on it,
-so a chunked loop of in-place ops runs several times faster than the same ops on whole tensors.
+Everything is vectorised torch, with no loop over blocks. Rounding to E2M1 (and E4M3) is exact
+and branch-free: adding a power of two whose fp32 spacing equals the grid step makes the FPU
+round to nearest even. Large tensors stream through chunks of in-place ops on reused buffers:
+on CPU a fresh 64 MB tensor costs more in page faults than the arithmetic on it.
 """
 
 from __future__ import annotations
@@ -301,13 +302,16 @@ def _check_fp8_block(block) -> Optional[str]:
     raise ValueError(f"fp8 supports block=None (per-tensor scale) or 'channel' (per-row scale), got {block!r}")
 
 
-def _raise_nonfinite(x: torch.Tensor, fmt: str) -> None:
-    bad = ~torch.isfinite(x)
+def _raise_nonfinite(view: torch.Tensor, fmt: str, shape: torch.Size) -> None:
+    """Raise NonFiniteError for the non-finite values of `view`, the [rows, K (+ zero padding)]
+    view of a tensor of `shape`; the first bad index is reported in `shape`'s coordinates."""
+    bad = ~torch.isfinite(view)
     count = int(bad.sum())
-    n_nan = int(torch.isnan(x).sum())
-    first = tuple(int(i) for i in bad.nonzero()[0])
+    n_nan = int(torch.isnan(view).sum())
+    row, col = (int(i) for i in bad.nonzero()[0])
+    first = tuple(int(i) for i in np.unravel_index(row, tuple(shape[:-1]))) + (col,)
     raise NonFiniteError(
-        f"quantize(fmt={fmt!r}): input of shape {tuple(x.shape)} has {count} non-finite value(s) "
+        f"quantize(fmt={fmt!r}): input of shape {tuple(shape)} has {count} non-finite value(s) "
         f"({n_nan} NaN, {count - n_nan} inf), first at index {first}. No {fmt} element encodes "
         "NaN/inf. Find where they come from, or pass nonfinite='propagate' to quantize the rest "
         "and mark the affected blocks as NaN."
@@ -347,17 +351,22 @@ def _block_absmax(blocks: torch.Tensor) -> torch.Tensor:
     if total == 0:
         return torch.zeros(*lead, n_blocks, dtype=torch.float32, device=blocks.device)
     chunk = max(block, _CHUNK_ELEMENTS - _CHUNK_ELEMENTS % block)
-    scratch = _scratch(min(total, chunk), blocks.dtype, blocks.device, "absmax")
+    # |x| lands in fp32 (exact for bf16/fp16 too): max_pool1d is several times slower in bf16.
+    scratch = _scratch(min(total, chunk), torch.float32, blocks.device, "absmax")
     parts = []
     for start in range(0, total, chunk):
         stop = min(start + chunk, total)
-        magnitude = torch.abs(flat[start:stop], out=scratch[: stop - start])
+        magnitude = scratch[: stop - start]
+        if flat.dtype == torch.float32:
+            torch.abs(flat[start:stop], out=magnitude)
+        else:
+            magnitude.copy_(flat[start:stop]).abs_()
         per_row = block
         while per_row < 1024 and (stop - start) % (2 * per_row) == 0:
             per_row *= 2
         parts.append(F.max_pool1d(magnitude.view(1, -1, per_row), block, block).reshape(-1))
     amax = parts[0] if len(parts) == 1 else torch.cat(parts)
-    return amax.float().view(*lead, n_blocks)
+    return amax.view(*lead, n_blocks)
 
 
 def _max_or_zero(values: torch.Tensor) -> torch.Tensor:
@@ -445,9 +454,9 @@ class _ScratchPool(threading.local):
     """Per-thread scratch buffers of at most one chunk each, reused across calls.
 
     On CPU a fresh multi-MB tensor costs about 0.4 ms per MB in page faults the first time it is
-    written, more than the arithmetic on it; reusing a few chunk-sized buffers (about 20 MB per
-    thread in all) removes that cost from every quantize / fake_quantize call. Other devices
-    have caching allocators and get plain torch.empty.
+    written, more than the arithmetic on it; reusing a few chunk-sized buffers (at most about
+    30 MB per thread in all) removes that cost from every quantize / fake_quantize call. Larger
+    requests and other devices (which have caching allocators) get plain torch.empty.
     """
 
     def __init__(self) -> None:
@@ -460,7 +469,7 @@ _SCRATCH = _ScratchPool()
 def _scratch(numel: int, dtype: torch.dtype, device, slot: str) -> torch.Tensor:
     """A 1-D scratch tensor of `numel` elements; `slot` names its role (one buffer per role)."""
     device = torch.device(device)
-    if device.type != "cpu":
+    if device.type != "cpu" or numel > _CHUNK_ELEMENTS:  # keep the pool bounded
         return torch.empty(numel, dtype=dtype, device=device)
     buffer = _SCRATCH.buffers.get((slot, dtype))
     if buffer is None or buffer.numel() < numel:
@@ -570,7 +579,7 @@ def _nvfp4_global_scales(global_amax: float) -> Tuple[float, float]:
     return float(encode_global), float(np.float32(1.0) / encode_global)
 
 
-def _nvfp4_scales(x2d: torch.Tensor, tile_rows: int, nonfinite: str) -> _Nvfp4Scales:
+def _nvfp4_scales(x2d: torch.Tensor, tile_rows: int, nonfinite: str, shape: torch.Size) -> _Nvfp4Scales:
     """Block scales of a [rows, K_padded] tensor, following TE's recipe step by step."""
     rows, k = x2d.shape
     n_blocks = k // NVFP4_BLOCK
@@ -579,7 +588,7 @@ def _nvfp4_scales(x2d: torch.Tensor, tile_rows: int, nonfinite: str) -> _Nvfp4Sc
     nonfinite_blocks = None
     if not math.isfinite(float(global_amax)):  # max propagates NaN and inf: one cheap check
         if nonfinite == "error":
-            _raise_nonfinite(x2d, "nvfp4")
+            _raise_nonfinite(x2d, "nvfp4", shape)
         nonfinite_blocks = ~torch.isfinite(amax)
         amax = _block_absmax(_zero_nonfinite(x2d).view(rows, n_blocks, NVFP4_BLOCK))
         global_amax = _max_or_zero(amax)
@@ -612,7 +621,7 @@ def _nvfp4_scales(x2d: torch.Tensor, tile_rows: int, nonfinite: str) -> _Nvfp4Sc
 def _quantize_nvfp4(x: torch.Tensor, tile_rows: int, nonfinite: str) -> QuantizedTensor:
     x2d = _pad_last_dim(x, NVFP4_BLOCK)
     rows, k = x2d.shape
-    sc = _nvfp4_scales(x2d, tile_rows, nonfinite)
+    sc = _nvfp4_scales(x2d, tile_rows, nonfinite, x.shape)
     source = x2d if sc.nonfinite_blocks is None else _zero_nonfinite(x2d)
     codes = torch.empty(rows, k // 2, dtype=torch.uint8, device=x.device)
     _encode_blocks(source.view(-1, NVFP4_BLOCK), sc.encode.reshape(-1), codes.view(-1), sc.saturate)
@@ -653,7 +662,7 @@ def _dequantize_nvfp4(q: QuantizedTensor, dtype: torch.dtype) -> torch.Tensor:
 def _fake_quantize_nvfp4(x: torch.Tensor, tile_rows: int, nonfinite: str) -> torch.Tensor:
     x2d = _pad_last_dim(x, NVFP4_BLOCK)
     rows, k = x2d.shape
-    sc = _nvfp4_scales(x2d, tile_rows, nonfinite)
+    sc = _nvfp4_scales(x2d, tile_rows, nonfinite, x.shape)
     apply = _blockwise_scale(sc.decode.reshape(-1))
     # Non-finite inputs only ever sit in blocks that are overwritten with NaN below.
     out = _fake_quantize_blocks(x2d.view(-1, NVFP4_BLOCK), sc.encode.reshape(-1), apply, x.dtype, sc.saturate)
@@ -676,21 +685,22 @@ def _zero_nonfinite(x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 
 
-def _mx_shared_exponent(x2d: torch.Tensor, nonfinite: str):
-    """(exponent int32 [rows, n_blocks] in [-127, 127], bool mask of non-finite blocks or None)."""
+def _mx_shared_exponent(x2d: torch.Tensor, nonfinite: str, shape: torch.Size):
+    """(shared exponent int32 [rows, n_blocks] in [-127, 127], bool mask of non-finite blocks or
+    None, max |x| over the finite values)."""
     rows, k = x2d.shape
     amax = _block_absmax(x2d.view(rows, k // MXFP4_BLOCK, MXFP4_BLOCK))
     bad = None
-    if not bool(torch.isfinite(_max_or_zero(amax))):
+    if not math.isfinite(float(_max_or_zero(amax))):
         if nonfinite == "error":
-            _raise_nonfinite(x2d, "mxfp4")
+            _raise_nonfinite(x2d, "mxfp4", shape)
         bad = ~torch.isfinite(amax)
-        amax = torch.where(bad, torch.zeros_like(amax), amax)
+        amax = _block_absmax(_zero_nonfinite(x2d).view(rows, k // MXFP4_BLOCK, MXFP4_BLOCK))
     # floor(log2(amax)) from the fp32 exponent field; a subnormal or zero amax reads as -127 and
     # clamps to -127 below either way. E2M1's largest power of two is 2**2, hence the extra -2.
     exponent_field = torch.bitwise_right_shift(amax.view(torch.int32), 23).bitwise_and_(0xFF)
     shared_exp = exponent_field.sub_(127 + 2).clamp_(-127, 127)
-    return shared_exp, bad
+    return shared_exp, bad, _max_or_zero(amax)
 
 
 def _pow2(exponent: torch.Tensor) -> torch.Tensor:
@@ -702,7 +712,7 @@ def _pow2(exponent: torch.Tensor) -> torch.Tensor:
 def _quantize_mxfp4(x: torch.Tensor, nonfinite: str) -> QuantizedTensor:
     x2d = _pad_last_dim(x, MXFP4_BLOCK)
     rows, k = x2d.shape
-    shared_exp, bad = _mx_shared_exponent(x2d, nonfinite)
+    shared_exp, bad, global_amax = _mx_shared_exponent(x2d, nonfinite, x.shape)
     source = x2d if bad is None else _zero_nonfinite(x2d)
     # x / 2**e as a multiply by 2**-e: exact, and 2**-e is a normal float for e in [-127, 125].
     codes = torch.empty(rows, k // 2, dtype=torch.uint8, device=x.device)
@@ -711,13 +721,12 @@ def _quantize_mxfp4(x: torch.Tensor, nonfinite: str) -> QuantizedTensor:
     if bad is not None:
         scale_bytes[bad] = E8M0_NAN
         codes.view(rows, k // MXFP4_BLOCK, MXFP4_BLOCK // 2)[bad] = 0
-    finite_amax = _block_absmax(source.view(rows, k // MXFP4_BLOCK, MXFP4_BLOCK))
     lead = x.shape[:-1]
     return QuantizedTensor(
         fmt="mxfp4",
         codes=codes.view(*lead, k // 2),
         scales=scale_bytes.view(*lead, k // MXFP4_BLOCK),
-        global_amax=_max_or_zero(finite_amax),
+        global_amax=global_amax,
         shape=x.shape,
         dtype=x.dtype,
         block=(1, MXFP4_BLOCK),
@@ -738,7 +747,7 @@ def _dequantize_mxfp4(q: QuantizedTensor, dtype: torch.dtype) -> torch.Tensor:
 def _fake_quantize_mxfp4(x: torch.Tensor, nonfinite: str) -> torch.Tensor:
     x2d = _pad_last_dim(x, MXFP4_BLOCK)
     rows, k = x2d.shape
-    shared_exp, bad = _mx_shared_exponent(x2d, nonfinite)
+    shared_exp, bad, _ = _mx_shared_exponent(x2d, nonfinite, x.shape)
     apply = _blockwise_scale(_pow2(shared_exp).reshape(-1))
     encode = _pow2(shared_exp.neg()).reshape(-1)
     out = _fake_quantize_blocks(x2d.view(-1, MXFP4_BLOCK), encode, apply, x.dtype)
@@ -789,7 +798,7 @@ def _fp8_plan(x: torch.Tensor, granularity: Optional[str], nonfinite: str):
     finite_mask = None
     if not math.isfinite(float(_max_or_zero(amax))):
         if nonfinite == "error":
-            _raise_nonfinite(x, "fp8")
+            _raise_nonfinite(x.reshape(-1, x.shape[-1]), "fp8", x.shape)
         finite_mask = torch.isfinite(x2d)
         x2d = _zero_nonfinite(x2d)
         amax = _fp8_amax(x2d, granularity)

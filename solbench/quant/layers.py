@@ -34,32 +34,30 @@ class _SharedInputQuantization:
     """Remembers the last activation an emulated layer quantized, so that sibling layers fed the
     very same tensor (q/k/v projections, FLUX's proj_mlp) reuse the result instead of redoing it.
 
-    A hit needs the same tensor object at the same in-place version and grad mode, so a reused
-    result is always bit-identical to recomputing it.
+    A hit needs the same tensor object at the same in-place version, grad mode and settings, so
+    a reused result is always bit-identical to recomputing it. The entry is one tuple, replaced
+    and read atomically, so concurrent forwards of one copy cannot mix entries.
     """
 
-    __slots__ = ("_source", "_version", "_grad", "_key", "_result")
+    __slots__ = ("_entry",)
 
     def __init__(self) -> None:
-        self._source = None
+        self._entry = None
 
     def get(self, x: torch.Tensor, key) -> Optional[torch.Tensor]:
-        source = self._source() if self._source is not None else None
-        if (
-            source is x
-            and x._version == self._version
-            and self._key == key
-            and self._grad == torch.is_grad_enabled()
-        ):
-            return self._result
+        entry = self._entry
+        if entry is None:
+            return None
+        source, version, grad, entry_key, result = entry
+        if source() is x and x._version == version and grad == torch.is_grad_enabled() and entry_key == key:
+            return result
         return None
 
     def put(self, x: torch.Tensor, key, result: torch.Tensor) -> None:
-        self._source = weakref.ref(x)
-        self._version = x._version
-        self._grad = torch.is_grad_enabled()
-        self._key = key
-        self._result = result
+        self._entry = (weakref.ref(x), x._version, torch.is_grad_enabled(), key, result)
+
+    def __reduce__(self):  # copies and pickles start empty (a weakref cannot be pickled)
+        return (type(self), ())
 
 
 class QuantLinear(nn.Module):
@@ -225,11 +223,16 @@ class TELinear(nn.Module):
                 f"layer {name!r}: TransformerEngine needs in/out features divisible by 16, got "
                 f"{linear.in_features}x{linear.out_features}; add it to the recipe's skip list"
             )
+        if not linear.weight.is_cuda:
+            raise ValueError(
+                f"layer {name!r}: backend='te' builds TransformerEngine layers on the GPU; move the "
+                "model to a CUDA device before quantized_copy"
+            )
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.recipe = recipe
         self.name = name
-        device = linear.weight.device if linear.weight.is_cuda else torch.device("cuda")
+        device = linear.weight.device
         self.inner = te.Linear(
             linear.in_features,
             linear.out_features,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy as copy_module
 import io
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Union
 
 import torch
 import torch.nn as nn
@@ -241,19 +241,19 @@ def sync_weights(copy: nn.Module, model: nn.Module) -> None:
         try:
             return tensors[name]
         except KeyError:
-            raise KeyError(
-                f"sync_weights: the policy has no parameter or buffer {name!r} for the copy's tensor of that "
-                "name; was the copy built from a different model?"
+            raise ValueError(
+                f"sync_weights: the policy has no parameter or buffer {name!r}, which the copy has; "
+                "was the copy built from a different model?"
             ) from None
 
-    quantized_prefixes: List[str] = []
+    inside_quantized_layers = set()  # ids of TELinear internals, refreshed by the layer itself
     for name, module in copy.named_modules():
-        if any(name.startswith(prefix + ".") for prefix in quantized_prefixes):
-            continue  # internals of a quantized layer (TELinear.inner) are handled by the layer
+        if id(module) in inside_quantized_layers:
+            continue
         if isinstance(module, QUANTIZED_LAYER_TYPES):
-            quantized_prefixes.append(name)
-            bias_name = _join(name, "bias")
-            module.load_weight(source(_join(name, "weight")), tensors[bias_name] if module.bias is not None else None)
+            inside_quantized_layers.update(id(m) for m in module.modules() if m is not module)
+            bias = source(_join(name, "bias")) if module.bias is not None else None
+            module.load_weight(source(_join(name, "weight")), bias)
             continue
         for local, tensor in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
             full = _join(name, local)
@@ -304,8 +304,3 @@ def _copy_info(copy: nn.Module) -> _CopyInfo:
             f"{type(copy).__name__} is not a quantized copy: build it with solbench.quant.quantized_copy(model, recipe)"
         )
     return info
-
-
-def quantized_layers(copy: nn.Module) -> List[Tuple[str, nn.Module]]:
-    """(name, layer) for every quantized layer of a copy."""
-    return [(n, m) for n, m in copy.named_modules() if isinstance(m, QUANTIZED_LAYER_TYPES)]

@@ -28,6 +28,7 @@ class UnknownRecipeError(KeyError):
     def __str__(self) -> str:  # KeyError would show the message in quotes
         return str(self.args[0])
 
+
 BACKENDS = ("emulated", "te")
 
 # Activation blocks are fixed by the format: TE quantizes activations in 1x16 blocks for NVFP4,

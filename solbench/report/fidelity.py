@@ -98,10 +98,10 @@ def group_fidelity(pairs: pd.DataFrame, ks: tuple[int, ...]) -> pd.DataFrame:
 @report_kind("ranking_fidelity", title="Ranking fidelity (Table 8)", order=50)
 def ranking_fidelity(tables: Tables):
     """Kendall tau, Spearman rho, top-K hit rates and contrastive overlap of proxy vs full rewards."""
-    cand = tables.candidates
+    runs = tables.done_runs
+    cand = tables.candidates[tables.candidates["run_id"].isin(runs["run_id"])]
     if cand.empty:
-        return Note("Ranking fidelity", "No candidates table rows: no method recorded per-candidate rewards.")
-    runs = tables.runs
+        return Note("Ranking fidelity", "No candidates table rows of done runs: no method recorded per-candidate rewards.")
     pairs = pair_candidates(cand)
     if pairs.empty:
         return Note("Ranking fidelity", "No candidate was scored at both precisions (explore and full): ranking "
@@ -136,7 +136,8 @@ def ranking_fidelity(tables: Tables):
     caption = (
         "Mirrors the paper's Table 8 (NVFP4 vs BF16 rewards of the same seeds: Kendall τ 0.798, Spearman ρ 0.927, "
         "top-K hit rate 96.9 / 95.0 / 93.3 % at K = 4 / 8 / 12). One unit = one prompt group (one prompt at one "
-        f"iteration of one run); cells: mean over groups ± half-width of the {level:.0%} t interval. hit@K: share "
+        "iteration of one run, or one prompt of a fidelity run); cells: mean over groups ± half-width of the "
+        f"{level:.0%} t interval. hit@K: share "
         "of the proxy's top K that are in the full-precision top K. overlap@K: share of the contrastive set "
         "(top K/2 + bottom K/2) chosen from proxy rewards that full precision would also choose. "
         "'all seeds': both precisions for every candidate (unbiased). "
@@ -149,10 +150,44 @@ def ranking_fidelity(tables: Tables):
     outputs = [Table("ranking_fidelity", "Ranking fidelity: proxy (explore) vs full-precision rewards", summary_df,
                      caption, display=display_df),
                _fidelity_figure(groups, ks)]
+    setup = _fidelity_setup(runs[runs["run_id"].isin(groups["run_id"])])
+    if setup is not None:
+        outputs.insert(0, setup)
     outputs.append(Table("ranking_fidelity_groups", "Ranking fidelity per prompt group", groups,
                          "Every prompt group's numbers (the distributions above).",
                          display=_groups_preview(groups)))
     return outputs
+
+
+# p_* columns of a `solbench fidelity` run (solbench/fidelity.py) -> setup table column
+_SETUP = {"p_checkpoint.path": "checkpoint", "p_checkpoint.step": "step", "p_checkpoint.role": "role",
+          "p_prompts.set": "prompts", "p_prompts.n_prompts": "M prompts", "p_seeds": "N seeds",
+          "p_sampling.sampler": "sampler", "p_sampling.explore_steps": "explore steps", "p_sampling.steps": "full steps",
+          "p_quant.recipe": "explore recipe", "p_quant.backend": "backend"}
+
+
+def _fidelity_setup(runs: pd.DataFrame) -> Table | None:
+    """What each standalone fidelity run sampled (runs written by `solbench fidelity`)."""
+    if "p_kind" not in runs:
+        return None
+    runs = runs[runs["p_kind"] == "fidelity"]
+    if runs.empty:
+        return None
+    cols = ["run_id", "arm", "model"] + [c for c in _SETUP if c in runs]
+    data = runs[cols].rename(columns={"arm": "method", **_SETUP}).reset_index(drop=True)
+    if "checkpoint" in data:
+        data["checkpoint"] = data["checkpoint"].fillna("base model")
+    else:
+        data["checkpoint"] = "base model"
+    display = data.copy()
+    for col in display.columns:
+        display[col] = display[col].map(lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v))
+                                        else f"{v:g}" if isinstance(v, float) else str(v))
+    return Table("ranking_fidelity_setup", "Fidelity experiment: what was sampled", data, (
+        "Standalone fidelity runs (`solbench fidelity`): one fixed checkpoint, no training; every one of the N seeds "
+        "of each prompt sampled by the explore copy (the recipe, explore steps) and by the full-precision network "
+        "(full steps) from the same initial noise, so every prompt group below is an 'all seeds' group. Recipe "
+        "'none' explores in full precision: the step-count effect alone."), display=display)
 
 
 def _groups_preview(groups: pd.DataFrame) -> pd.DataFrame:

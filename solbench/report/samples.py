@@ -2,14 +2,24 @@
 
 The trainer saves one image grid per evaluation in ``results/<experiment>/<run_id>/samples/`` (the
 fixed eval prompts and eval-stream seeds, so the first and last grids show the same prompts and
-noise). File names carry the step as their last number (``step_000012.png``, ``eval_12.png``, ...).
-For every arm the done run with the lowest seed is shown. This is the one report input read from run
-folders rather than the collected parquet tables.
+noise): one row per prompt, one column per eval seed. File names carry the step as their last number
+(``eval_step_000012.png``, ``step_12.png``, ...). For every arm the done run with the lowest seed is
+shown, one figure per arm, each grid row labelled with its prompt.
+
+The row prompts come from the JSON the trainer writes beside each grid (``eval_step_<step>.json``:
+rows, columns, cell size). Grids without one (older runs) get them derived from the run's eval
+settings in runs.parquet, which fix them: the first ``p_eval.grid_prompts`` prompts of the first
+``p_eval.n_prompts`` of the set ``p_eval.prompts``, ``p_eval.seeds_per_prompt`` columns; the labels
+are left off when the image's size does not fit that layout (or the set cannot be loaded). This
+and the grids are the report inputs read from outside the collected parquet tables.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -45,39 +55,98 @@ def _load(path: Path) -> np.ndarray:
 
 @report_kind("sample_grids", title="Samples: first vs last evaluation", order=80)
 def sample_grids(tables: Tables):
-    """Per method, the eval sample grid at the first and last evaluation (same prompts and seeds)."""
+    """Per method, the eval sample grid at the first and last evaluation (same prompts and seeds), rows labelled."""
     outputs = []
     for model in tables.models():
         runs = tables.done_runs[tables.done_runs["model"] == model]
-        shown = []
         for arm in tables.arm_order(runs):
             for _, run in runs[runs["arm"] == arm].sort_values("seed").iterrows():
                 files = sample_files(tables.results_dir / str(run["run_id"]))
                 if files:
-                    first, last = min(files), max(files)
-                    shown.append((arm, run, first, files[first], last, files[last]))
+                    outputs.append(_arm_figure(model, arm, run, files))
                     break
-        if not shown:
-            continue
-        images = [(_load(s[3]), _load(s[5])) for s in shown]
-        h, w = images[0][0].shape[:2]
-        width = 8.0
-        height = len(shown) * (3.6 * h / max(w, 1) + 0.4) + 0.5
-        fig = new_figure(width, height)
-        axes = fig.subplots(len(shown), 2, squeeze=False)
-        for r, ((arm, run, s0, _, s1, _), (im0, im1)) in enumerate(zip(shown, images)):
-            for c, (im, step) in enumerate(((im0, s0), (im1, s1))):
-                ax = axes[r][c]
-                ax.imshow(im, interpolation="nearest")
-                ax.set_xticks([])
-                ax.set_yticks([])
-                if c == 0:
-                    ax.set_ylabel(f"{arm}\nseed {run['seed']}", fontsize=8)
-                ax.set_title(f"step {step}", fontsize=8)
-        fig.suptitle(f"{model}: eval samples, first vs last evaluation", fontsize=10)
-        outputs.append(Figure(f"samples_{model}", f"Eval samples, {model}", fig, (
-            "Each row: one method (its lowest-seed done run), the eval grid at the first evaluation (step 0: the base "
-            "model) and at the last, for the same eval prompts and noise seeds, so any difference is the training.")))
     if not outputs:
         return Note("Samples", "No run folder holds eval sample grids (results/<experiment>/<run_id>/samples/).")
     return outputs
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", str(text).lower()).strip("_") or "arm"
+
+
+def _setting(run, column: str, default):
+    value = run.get(column) if hasattr(run, "get") else None
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return default
+    return value
+
+
+def grid_layout(run, image_path: Path, shape: tuple[int, int]) -> tuple[list[str], int, int] | None:
+    """(row prompt texts, rows, columns) of one eval grid, or None when they cannot be known for sure.
+
+    From the trainer's JSON beside the image, else derived from the run's eval settings (p_eval.*),
+    accepted only if the image splits into square cells of that many rows and columns.
+    """
+    height, width = shape
+    meta_path = Path(image_path).with_suffix(".json")
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+            texts = [str(r["text"]) for r in meta["rows"]]
+            columns = int(meta["columns"])
+        except (ValueError, KeyError, TypeError):
+            texts, columns = [], 0
+        if texts and columns and height % len(texts) == 0 and width % columns == 0:
+            return texts, len(texts), columns
+    from solbench.config import EvalConfig
+
+    defaults = EvalConfig()
+    prompt_set = _setting(run, "p_eval.prompts", None)
+    if prompt_set is None:
+        return None
+    try:
+        from solbench.world.prompts import load_prompt_set
+
+        records = load_prompt_set(prompt_set)
+    except Exception:  # noqa: BLE001 - a set this machine cannot load: no labels, not a failed section
+        return None
+    n_prompts = _setting(run, "p_eval.n_prompts", None)
+    records = records[: int(n_prompts)] if n_prompts else records
+    rows = min(int(_setting(run, "p_eval.grid_prompts", defaults.grid_prompts)), len(records))
+    columns = int(_setting(run, "p_eval.seeds_per_prompt", defaults.seeds_per_prompt))
+    if rows < 1 or columns < 1 or height % rows or width % columns or height // rows != width // columns:
+        return None
+    return [r.text for r in records[:rows]], rows, columns
+
+
+def _arm_figure(model: str, arm: str, run, files: dict[int, Path]) -> Figure:
+    first, last = min(files), max(files)
+    images = [(_load(files[first]), first), (_load(files[last]), last)]
+    h, w = images[0][0].shape[:2]
+    layout = grid_layout(run, files[first], (h, w))
+    labels = [textwrap.shorten(t, 90, placeholder="...") for t in layout[0]] if layout else []
+    label_width = min(5.0, 0.3 + 0.055 * max(map(len, labels))) if labels else 0.3
+    panel_width = 2.4
+    panel_height = panel_width * h / max(w, 1)
+    fig = new_figure(label_width + 2 * panel_width + 0.4, min(panel_height, 14.0) + 0.8)
+    axes = fig.subplots(1, 2, squeeze=False)[0]
+    for c, (ax, (im, step)) in enumerate(zip(axes, images)):
+        ax.imshow(im, interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(f"step {step}" + (" (base)" if step == 0 else ""), fontsize=8)
+        if layout and im.shape[:2] == (h, w):
+            _, rows, columns = layout
+            if c == 0:
+                ax.set_yticks([(r + 0.5) * h / rows - 0.5 for r in range(rows)], labels, fontsize=7)
+            ax.set_xticks([(k + 0.5) * w / columns - 0.5 for k in range(columns)],
+                          [f"seed {k}" for k in range(columns)], fontsize=6)
+            ax.tick_params(length=0)
+    fig.suptitle(f"{model}, {arm} (seed {run['seed']}): eval samples, first vs last evaluation", fontsize=9)
+    prompts = ("Rows are labelled with their eval prompts; columns within a grid are the eval seeds."
+               if layout else "The grid rows' prompts are unknown here (no grid metadata, and the run's eval "
+               "settings do not fit the image), so rows are unlabelled.")
+    return Figure(f"samples_{_slug(model)}_{_slug(arm)}", f"Eval samples, {model}: {arm}", fig, (
+        f"{arm} (its lowest-seed done run, `{run['run_id']}`): the eval grid at the first evaluation (step 0: the "
+        "base model) and at the last, for the same eval prompts and noise seeds, so any difference is the training. "
+        + prompts))

@@ -1,0 +1,325 @@
+"""The standalone ranking-fidelity experiment (`solbench fidelity`): the unbiased version of Table 8.
+
+Sol-RL's training data only has full-precision rewards for the K selected seeds, so rank correlations
+computed from it are conditioned on the selection. This experiment takes one fixed checkpoint (the
+policy of a run's latest checkpoint, LoRA merged for the explore copy, or the base model) and, with
+no training, samples M prompts x N seeds at both precisions from the same candidate noise:
+
+- explore: the low-precision copy (``--recipe``, default the model's Sol-RL recipe) with the short
+  explore budget (``explore_steps``), as Sol-RL's explore stage;
+- full: the full-precision network with the full budget (``steps``), as its regenerate stage;
+
+every image scored by every reward (``solbench.report.fidelity_sampling.fidelity_experiment``). The
+networks are built by the trainer's own code (``solbench.trainer.build_policy_nets``, PolicyNets,
+``quant_explore_fns``) and the checkpoint is loaded by ``PolicyNets.load_state_dict``, so the
+explore copy is exactly the one the run would have explored with.
+
+The result is an ordinary experiment folder, ``results/<name>/<run_id>/`` (spec.json, env.json,
+status.json, candidates.jsonl with a ``reward_name`` column, timings.jsonl), collected into parquet
+(``solbench.results.collect``) and reported by the ``ranking_fidelity`` report kind, where every
+prompt group is an "all seeds" group. The run id hashes the experiment's settings, so runs with other
+settings (say ``explore_steps`` 6 and 10, or ``recipe`` none to isolate the step-count effect) sit
+side by side in one experiment and appear as separate arms of its report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from solbench.config import ModelConfig, QuantConfig, RunConfig
+from solbench.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: Default explore recipe per model: the Sol-RL recipes of experiments/*_main.yaml.
+DEFAULT_RECIPES = {"tiny": "nvfp4_tiny", "flux": "nvfp4_flux", "sd3": "nvfp4_flux", "sana": "nvfp4_sana"}
+#: ``recipe`` value for a full-precision explore copy (the explore role then runs the policy itself):
+#: with a shorter ``explore_steps`` it measures the step-count effect alone.
+NO_QUANT = "none"
+METHOD = "fidelity"  # the runs' method name in runs.parquet (the report's arm label)
+
+
+@dataclass
+class FidelitySettings:
+    """One fidelity run: what to sample and how. ``None`` fields take the checkpoint run's (or model's) value."""
+
+    name: str | None = None  # experiment name (default fidelity_<model>)
+    model: str | None = None  # tiny | flux | sd3 | sana (default: the checkpoint's model, else tiny)
+    model_path: str | None = None
+    resolution: int | None = None
+    checkpoint: str | None = None  # run folder or checkpoint file; None = the base model
+    role: str = "policy"  # the checkpoint's network to measure: policy | ema | old
+    prompts: str | None = None  # prompt set name or file (default: the run's eval prompts, else shapes/eval)
+    n_prompts: int | None = 16
+    seeds: int = 32
+    steps: int = 10
+    explore_steps: int = 6
+    sampler: str | None = None  # default: the checkpoint run's method sampler, else Sol-RL's (dpm2)
+    guidance: float | None = None
+    shift: float | None = None
+    recipe: str | None = None
+    backend: str | None = None  # emulated | te | auto (default: the run's; else emulated on CPU, te on CUDA)
+    rewards: list[str] = field(default_factory=list)  # weight 1 each; default: the run's training rewards
+    # (with their weights), else shapes_geneval for tiny
+    run_seed: int = 0
+    device: str = "auto"
+    batch_seeds: int | None = None
+
+
+@dataclass
+class Checkpoint:
+    """A run's saved state and the RunConfig it was trained with."""
+
+    config: RunConfig
+    step: int
+    state: dict
+    path: Path
+    run_id: str | None
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """The latest checkpoint of a run folder, or one checkpoint file inside a run folder.
+
+    The run's spec.json (the folder itself, or the grandparent of ``checkpoints/step_N.pt``) gives the
+    model, fine-tuning (LoRA rank, targets) and quantization settings the weights belong to.
+    """
+    from solbench.results import RunStore
+
+    path = Path(path)
+    if path.is_dir():
+        run_dir = path
+        if not (run_dir / "spec.json").is_file():
+            raise ConfigError(f"--checkpoint {path}: not a run folder (no spec.json); give results/<experiment>/<run_id> "
+                              "or a checkpoint file inside one")
+        latest = RunStore(run_dir, run_dir.name).latest_checkpoint()
+        if latest is None:
+            raise ConfigError(f"--checkpoint {path}: the run has no readable checkpoint in {run_dir / 'checkpoints'}")
+        step, state = latest
+        ckpt_path = run_dir / "checkpoints"
+    elif path.is_file():
+        run_dir = next((d for d in (path.parent, path.parent.parent) if (d / "spec.json").is_file()), None)
+        if run_dir is None:
+            raise ConfigError(f"--checkpoint {path}: no spec.json beside it or in its run folder, so its model and "
+                              "LoRA settings are unknown")
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=False)
+            step, state = int(payload["step"]), payload["state"]
+        except Exception as err:  # noqa: BLE001 - report any unreadable file the same way
+            raise ConfigError(f"--checkpoint {path}: cannot read it as a solbench checkpoint ({err})") from err
+        ckpt_path = path
+    else:
+        raise ConfigError(f"--checkpoint {path}: no such run folder or file")
+    if "nets" not in state:
+        raise ConfigError(f"--checkpoint {path}: the checkpoint holds no network weights ('nets')")
+    config = RunConfig.from_dict(json.loads((run_dir / "spec.json").read_text()))
+    return Checkpoint(config, step, state, ckpt_path, state.get("run_id") or run_dir.name)
+
+
+def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) -> dict[str, Any]:
+    """The fully resolved settings of a fidelity run (what spec.json records and the run id hashes)."""
+    from solbench import rewards as reward_registry
+    from solbench.method import get_method
+
+    run = checkpoint.config if checkpoint is not None else None
+    model = settings.model or (run.model.name if run else "tiny")
+    if run is not None and settings.model and settings.model != run.model.name:
+        raise ConfigError(f"--model {settings.model}: the checkpoint was trained on {run.model.name!r}")
+    model_cfg = dataclasses.replace(run.model) if run else ModelConfig(name=model)
+    if settings.model_path is not None:
+        model_cfg.path = settings.model_path
+    if settings.resolution is not None:
+        model_cfg.resolution = settings.resolution
+    recipe = settings.recipe or (run.quant.recipe if run and "explore" in get_method(run.method).nets else None) \
+        or DEFAULT_RECIPES.get(model)
+    if recipe is None:
+        raise ConfigError(f"--recipe: no default quantization recipe for model {model!r}; name one")
+    if recipe != NO_QUANT:
+        from solbench.quant import get_recipe
+
+        get_recipe(recipe)  # unknown names fail here, with close matches
+    from solbench.trainer import resolve_device
+
+    device = resolve_device(settings.device)
+    backend = settings.backend or (run.quant.backend if run else ("emulated" if device.type == "cpu" else "te"))
+    if settings.rewards:
+        rewards = {name: 1.0 for name in settings.rewards}
+    else:
+        rewards = dict(run.rewards) if run else ({"shapes_geneval": 1.0} if model == "tiny" else {})
+    if not rewards:
+        raise ConfigError(f"--rewards: name the rewards to rank with for model {model!r} "
+                          f"(known: {', '.join(reward_registry.names())})")
+    for name in rewards:
+        if name not in reward_registry.names():
+            reward_registry.get(name)  # raises, naming close matches
+    prompts = settings.prompts or (run.eval.prompts if run else ("shapes/eval" if model == "tiny" else None))
+    if prompts is None:
+        raise ConfigError(f"--prompts: name a prompt set or file for model {model!r}")
+    sampler = settings.sampler
+    if sampler is None:
+        method_sampler = (run.method_config.get("sampler") if run else None)
+        sampler = method_sampler or get_method("sol_rl").Config().sampler
+    guidance = settings.guidance if settings.guidance is not None else (run.sampling.guidance if run else None)
+    shift = settings.shift if settings.shift is not None else (run.sampling.shift if run else None)
+    for label, value in (("--seeds", settings.seeds), ("--steps", settings.steps),
+                         ("--explore-steps", settings.explore_steps)):
+        if value < 1:
+            raise ConfigError(f"{label} must be >= 1, got {value}")
+    if settings.seeds < 2:
+        raise ConfigError(f"--seeds must be >= 2 to rank seeds, got {settings.seeds}")
+    if settings.role not in ("policy", "ema", "old"):
+        raise ConfigError(f"--role must be policy, ema or old, got {settings.role!r}")
+    if checkpoint is not None and settings.role not in checkpoint.state["nets"]["trainable"]:
+        raise ConfigError(f"--role {settings.role}: the checkpoint holds no {settings.role!r} weights (it has "
+                          f"{', '.join(sorted(checkpoint.state['nets']['trainable']))})")
+    return {
+        "experiment": settings.name or f"fidelity_{model}",
+        "kind": "fidelity",
+        "method": METHOD,
+        "seed": settings.run_seed,
+        "model": dataclasses.asdict(model_cfg),
+        "checkpoint": None if checkpoint is None else {
+            "path": str(checkpoint.path), "run_id": checkpoint.run_id, "method": run.method, "step": checkpoint.step,
+            "role": settings.role},
+        "prompts": {"set": str(prompts), "n_prompts": settings.n_prompts},
+        "seeds": settings.seeds,
+        "sampling": {"sampler": sampler, "steps": settings.steps, "explore_steps": settings.explore_steps,
+                     "guidance": guidance, "shift": shift},
+        "quant": {"recipe": recipe, "backend": backend},
+        "rewards": rewards,
+        "device": settings.device,
+    }
+
+
+def run_id_of(spec: dict) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()[:12]
+
+
+def build_engine(spec: dict, checkpoint: Checkpoint | None = None):
+    """An Engine whose "policy" is the measured full-precision network and "explore" its low-precision copy.
+
+    With a checkpoint: the run's PolicyNets (``solbench.trainer.build_policy_nets``) with the explore
+    copy mirroring ``role``, loaded from the checkpoint (LoRA merged into the explore copy). Without:
+    the base model and its quantized copy.
+    """
+    from solbench.engine import Engine
+    from solbench.models import build_adapter
+    from solbench.rewards import RewardSet
+    from solbench.timing import PhaseTimer
+    from solbench.trainer import build_policy_nets, quant_explore_fns, resolve_device
+
+    device = resolve_device(spec["device"])
+    recipe, backend = spec["quant"]["recipe"], spec["quant"]["backend"]
+    adapter = build_adapter(ModelConfig(**spec["model"]), device)
+    quant_cfg = QuantConfig(recipe=recipe if recipe != NO_QUANT else QuantConfig().recipe, backend=backend)
+    if recipe == NO_QUANT:  # the explore role runs the full-precision network itself
+        explore_fns = (lambda module: module, lambda explore, source: None)
+    else:
+        explore_fns = quant_explore_fns(quant_cfg)
+    if checkpoint is None:
+        policy = adapter.transformer.requires_grad_(False)
+        explore = explore_fns[0](policy)
+    else:
+        role = checkpoint_role(spec)
+        roles = set(checkpoint.state["nets"]["trainable"]) | {role, "explore"}
+        if recipe == NO_QUANT:  # a copy of the merged weights stands in for the quantized one
+            import copy
+
+            explore_fns = (lambda module: copy.deepcopy(module),
+                           lambda explore, source: explore.load_state_dict(source.state_dict()))
+        nets = build_policy_nets(checkpoint.config, adapter, roles, explore_source=role, explore=explore_fns)
+        nets.load_state_dict(checkpoint.state["nets"])  # re-syncs the explore copy from `role`
+        policy, explore = nets[role], nets["explore"]
+    rewards = RewardSet(dict(spec["rewards"]), device)
+    return Engine(adapter, {"policy": policy, "explore": explore}, rewards, PhaseTimer(), spec["seed"], device,
+                  explore_recipe=recipe)
+
+
+def checkpoint_role(spec: dict) -> str:
+    return (spec.get("checkpoint") or {}).get("role", "policy")
+
+
+def sample(spec: dict, engine, *, batch_seeds: int | None = None) -> pd.DataFrame:
+    """The candidates table of one fidelity run (``fidelity_experiment`` on the spec's prompts)."""
+    from solbench.report.fidelity_sampling import fidelity_experiment
+    from solbench.sampling import SamplerSpec
+    from solbench.world.prompts import load_prompt_set
+
+    records = load_prompt_set(spec["prompts"]["set"])
+    n = spec["prompts"]["n_prompts"]
+    if n is not None:
+        if n < 1 or n > len(records):
+            raise ConfigError(f"--n-prompts {n}: the prompt set {spec['prompts']['set']!r} has {len(records)} prompts")
+        records = records[:n]
+    s = spec["sampling"]
+    full = SamplerSpec(s["sampler"], s["steps"], guidance=s["guidance"], shift=s["shift"])
+    explore = SamplerSpec(s["sampler"], s["explore_steps"], guidance=s["guidance"], shift=s["shift"])
+    frame = fidelity_experiment(engine, [{"id": r.id, "text": r.text} for r in records], spec["seeds"],
+                                explore_sampler=explore, full_sampler=full, run_id="", batch_seeds=batch_seeds)
+    if list(spec["rewards"].values()) == [1.0]:  # "total" is the one reward itself: keep it once, by name
+        frame = frame[frame["reward_name"] != "total"].reset_index(drop=True)
+    return frame
+
+
+def run(settings: FidelitySettings, results_root: str | Path = "results", *, force: bool = False,
+        echo=print) -> tuple[dict, Path]:
+    """Run (or reuse, when done and not ``force``) one fidelity run; returns (spec, run folder)."""
+    from solbench.results import RunStore, capture_env
+
+    checkpoint = load_checkpoint(settings.checkpoint) if settings.checkpoint else None
+    spec = resolve(settings, checkpoint)
+    rid = run_id_of(spec)
+    store = RunStore(Path(results_root) / spec["experiment"] / rid, rid)
+    if store.read_status().get("state") == "done" and not force:
+        echo(f"fidelity run {rid} is done already (results in {store.run_dir}; --force reruns it)")
+        return spec, store.run_dir
+    store.clear()
+    store.write_json("spec.json", spec)
+    store.write_json("env.json", capture_env())
+    started = time.time()
+    store.write_status("running", attempt=1, started_at=_now())
+    try:
+        engine = build_engine(spec, checkpoint)
+        frame = sample(spec, engine, batch_seeds=settings.batch_seeds)
+        store.append("candidates", frame.drop(columns=["run_id"]).to_dict("records"))
+        timings = [row.row() for row in engine.timer.drain()]
+        for row in timings:
+            row["step"] = 0
+        store.append("timings", timings)
+    except Exception as err:
+        store.write_status("failed", attempt=1, error=f"{type(err).__name__}: {err}", traceback=traceback.format_exc(),
+                           seconds=round(time.time() - started, 3), finished_at=_now())
+        raise
+    seconds = round(time.time() - started, 3)
+    store.write_status("done", attempt=1, seconds=seconds, finished_at=_now())
+    echo(f"fidelity run {rid}: {frame['prompt_id'].nunique()} prompts x {spec['seeds']} seeds at both precisions "
+         f"in {seconds:.1f} s -> {store.run_dir}")
+    return spec, store.run_dir
+
+
+def summary(candidates: pd.DataFrame, ks=(4, 8, 12)) -> pd.DataFrame:
+    """Mean per-prompt Kendall tau, Spearman rho and hit@K per (run, reward), as the report computes them."""
+    from solbench.report.fidelity import group_fidelity, pair_candidates
+
+    groups = group_fidelity(pair_candidates(candidates), tuple(ks))
+    keys = ["run_id"] + (["reward_name"] if "reward_name" in groups else [])
+    cols = [c for c in groups.columns if c in ("kendall_tau", "spearman_rho") or c.startswith(("hit@", "overlap@"))]
+    out = groups.groupby(keys)[cols].mean()
+    out.insert(0, "groups", groups.groupby(keys).size())
+    return out.reset_index()
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
