@@ -25,6 +25,7 @@ rows after its step are dropped first, so a resumed run neither loses nor duplic
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -297,8 +298,6 @@ class Trainer:
     def _save_grid(self, images: torch.Tensor, columns: int, records=()) -> None:
         """samples/eval_step_<step>.png (one row per prompt, one column per eval seed) and a .json beside it
         naming the rows' prompts, read by the report's sample grids."""
-        import json
-
         from PIL import Image
 
         if images.numel() == 0:
