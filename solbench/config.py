@@ -38,7 +38,7 @@ class FinetuneConfig:
     weight_decay: float = 1e-4
     adam_betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0
-    grad_accum: int = 1  # micro-batches accumulated per optimizer step
+    grad_accum: int = 1  # micro-batches accumulated per optimizer step, per rank (x world_size in all)
     ema_decay: float = 0.9  # EMA of trained weights used for evaluation
 
 

@@ -17,6 +17,11 @@ Noise: the initial noise of candidate (prompt id, index) is solbench.noise.candi
 noise, so DanceGRPO's group with one shared initial noise still gets independent SDE noise) in
 stream ``<stream>/sde``. A candidate therefore comes out the same on any batch size, order or rank,
 and a seed explored in FP4 regenerates exactly in full precision.
+
+Several ranks (solbench.distributed): every rank makes the same ``sample`` call with the global list
+of samples and computes its shard; latents and trajectories are gathered so every rank holds the
+whole rollout, images stay where they were decoded (``Rollout.image_rows``) and ``score`` gathers
+the rewards. Method code sees global rollouts and needs no change.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from solbench import sampling
+from solbench.distributed import SINGLE, DistContext
 from solbench.errors import ConfigError
 from solbench.models.base import Cond, ModelAdapter, net_dtype
 from solbench.noise import candidate_noise, noise_seed, step_noise
@@ -70,6 +76,9 @@ class Rollout:
     trajectory: Trajectory | None = None
     rewards: Tensor | None = None
     reward_parts: dict[str, Tensor] = field(default_factory=dict)
+    # positions whose decoded images ``images`` holds, in order; None = all of them. With several
+    # ranks each keeps only the images it decoded (the rewards of all are gathered by Engine.score).
+    image_rows: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -82,6 +91,14 @@ class Rollout:
         def take(t: Tensor) -> Tensor:
             return t[pos.to(t.device)]
 
+        if self.image_rows is None:
+            images, image_rows = take(self.images), None
+        else:  # keep the images this rank holds, renumbered to the sub-rollout's positions
+            held = {row: i for i, row in enumerate(self.image_rows)}
+            kept = [(new, held[old]) for new, old in enumerate(rows) if old in held]
+            image_rows = [new for new, _ in kept]
+            images = self.images[torch.tensor([i for _, i in kept], dtype=torch.long, device=self.images.device)]
+
         return replace(
             self,
             prompt_ids=[self.prompt_ids[i] for i in rows],
@@ -89,7 +106,8 @@ class Rollout:
             cand_idx=[self.cand_idx[i] for i in rows],
             noise_seeds=[self.noise_seeds[i] for i in rows],
             x0=take(self.x0),
-            images=take(self.images),
+            images=images,
+            image_rows=image_rows,
             trajectory=None if self.trajectory is None else self.trajectory.index(pos),
             rewards=None if self.rewards is None else take(self.rewards),
             reward_parts={k: take(v) for k, v in self.reward_parts.items()},
@@ -113,13 +131,19 @@ class Rollout:
 
         trajectories = [r.trajectory for r in rollouts]
         rewards = [r.rewards for r in rollouts]
+        image_rows = None
+        if any(r.image_rows is not None for r in rollouts):
+            image_rows, offset = [], 0
+            for r in rollouts:
+                image_rows += [offset + i for i in (range(len(r)) if r.image_rows is None else r.image_rows)]
+                offset += len(r)
         part_names = set(first.reward_parts)
         same_parts = all(set(r.reward_parts) == part_names for r in rollouts)
         return replace(
             first,
             prompt_ids=cat_list("prompt_ids"), prompts=cat_list("prompts"), cand_idx=cat_list("cand_idx"),
             noise_seeds=cat_list("noise_seeds"),
-            x0=torch.cat([r.x0 for r in rollouts]), images=torch.cat([r.images for r in rollouts]),
+            x0=torch.cat([r.x0 for r in rollouts]), images=torch.cat([r.images for r in rollouts]), image_rows=image_rows,
             stream=first.stream if all(r.stream == first.stream for r in rollouts) else "",
             trajectory=None if any(t is None for t in trajectories) else Trajectory.cat(trajectories),
             rewards=None if any(r is None for r in rewards) else torch.cat(rewards),
@@ -146,11 +170,13 @@ class Engine:
             the other rows only when the row count is a multiple of 4 (measured: M = 1..3 and the
             tail of M = 10 differ in the last bit), so the default 4 on CPU makes a candidate's
             result bit-identical whatever batch it is computed in; 1 elsewhere.
+        dist: this process's place among the run's ranks (solbench.distributed); default one process.
     """
 
     def __init__(self, adapter: ModelAdapter, nets: Mapping[str, nn.Module], rewards, timer: PhaseTimer,
                  run_seed: int, device: torch.device | str = "cpu", explore_recipe=None,
-                 micro_batch: int | None = None, batch_multiple: int | None = None) -> None:
+                 micro_batch: int | None = None, batch_multiple: int | None = None,
+                 dist: DistContext = SINGLE) -> None:
         self.adapter = adapter
         self.nets = nets
         self.rewards = rewards
@@ -166,6 +192,7 @@ class Engine:
         if batch_multiple < 1:
             raise ConfigError(f"Engine batch_multiple must be >= 1, got {batch_multiple}")
         self.batch_multiple = batch_multiple
+        self.dist = dist
 
     # -- networks and precision ----------------------------------------------------------------
     def net(self, role: str | nn.Module) -> nn.Module:
@@ -239,18 +266,23 @@ class Engine:
         precision = precision_of(role)
         spec = sampler.resolved(guidance=self.adapter.default_guidance, shift=self.adapter.default_shift)
         n = len(prompts)
+        mine = self.dist.shard(n)  # this rank's rows (all of them in a single process)
         with self.timer.phase(phase, precision=precision, n_images=n, flops=self.rollout_flops(n, spec)):
             latent_shape = self.adapter.latent_shape
-            x_init, seeds = candidate_noise(self.run_seed, stream, prompt_ids, noise_idx, latent_shape, device=self.device)
-            sde_seeds = ([noise_seed(self.run_seed, f"{stream}/sde", p, c) for p, c in zip(prompt_ids, cand_idx)]
-                         if spec.stochastic else [])
+            seeds = [noise_seed(self.run_seed, stream, p, c) for p, c in zip(prompt_ids, noise_idx)]
+            x_init, _ = candidate_noise(self.run_seed, stream, prompt_ids[mine], noise_idx[mine], latent_shape,
+                                        device=self.device)
+            sde_seeds = ([noise_seed(self.run_seed, f"{stream}/sde", p, c)
+                          for p, c in zip(prompt_ids[mine], cand_idx[mine])] if spec.stochastic else [])
             sigmas = self.adapter.sigmas(spec.steps, spec.shift)
-            chunk = self.micro_batch or max(n, 1)
+            local_prompts = prompts[mine]
+            n_local = len(local_prompts)
+            chunk = self.micro_batch or max(n_local, 1)
             outputs = []
             with torch.no_grad():
-                for start in range(0, n, chunk):
+                for start in range(0, n_local, chunk):
                     sl = slice(start, start + chunk)
-                    cond = self.adapter.encode(prompts[sl])
+                    cond = self.adapter.encode(local_prompts[sl])
                     chunk_seeds = sde_seeds[sl]
                     noise = ((lambda j, s=chunk_seeds: step_noise(s, j, latent_shape, device=self.device))
                              if spec.stochastic else None)
@@ -258,22 +290,71 @@ class Engine:
                         lambda x, t, c=cond: self._velocity(module, x, t, c, spec.guidance),
                         x_init[sl], sigmas, spec, noise=noise, keep_trajectory=keep_trajectory)
                     outputs.append((x0, trajectory, self.adapter.decode(x0)))
-        x0 = torch.cat([o[0] for o in outputs]) if outputs else x_init
-        images = torch.cat([o[2] for o in outputs]) if outputs else x_init.new_zeros((0, 3, 1, 1))
-        trajectory = None
-        if keep_trajectory and outputs:
-            trajectory = outputs[0][1] if len(outputs) == 1 else Trajectory.cat([o[1] for o in outputs])
+            x0 = torch.cat([o[0] for o in outputs]) if outputs else x_init
+            images = torch.cat([o[2] for o in outputs]) if outputs else x_init.new_zeros((0, 3, 1, 1))
+            trajectory = None
+            if keep_trajectory and outputs:
+                trajectory = outputs[0][1] if len(outputs) == 1 else Trajectory.cat([o[1] for o in outputs])
+            image_rows = None
+            if self.dist.enabled:
+                x0 = self.dist.gather_rows(x0, n)
+                trajectory = self._gather_trajectory(trajectory, n, keep_trajectory, sigmas)
+                image_rows = list(range(mine.start, mine.stop))
         return Rollout(prompt_ids=prompt_ids, prompts=prompts, cand_idx=cand_idx, noise_seeds=seeds,
                        precision=precision, dtype=self.dtype_label(role, module), x0=x0, images=images,
-                       sampler=spec, net=role, stream=stream, trajectory=trajectory)
+                       sampler=spec, net=role, stream=stream, trajectory=trajectory, image_rows=image_rows)
+
+    def _gather_trajectory(self, local: Trajectory | None, n: int, keep: bool, sigmas: Tensor) -> Trajectory | None:
+        """Every rank's shard of a trajectory, concatenated (a rank with no rows sends empty ones)."""
+        if not keep:
+            return None
+        if local is None:  # this rank's shard was empty: take shapes from a stand-in of zero rows
+            raise ValueError(f"sample: {n} samples over {self.dist.world_size} ranks leaves rank "
+                             f"{self.dist.rank} without samples; request at least one sample per rank")
+        gather = self.dist.gather_rows
+        return Trajectory(gather(local.xs, n), local.ts,
+                          None if local.log_probs is None else gather(local.log_probs, n),
+                          None if local.means is None else gather(local.means, n))
 
     def score(self, rollout: Rollout, *, phase: str = "reward") -> Tensor:
         """Score the rollout's images with the run's rewards; fills rollout.rewards/reward_parts."""
         with self.timer.phase(phase, precision=rollout.precision, n_images=len(rollout)):
-            total, parts = self.rewards(rollout.images, rollout.prompts)
+            total, parts = self.score_with(self.rewards, rollout)
         rollout.rewards = total
         rollout.reward_parts = dict(parts)
         return total
+
+    def score_with(self, reward_fn, rollout: Rollout) -> tuple[Tensor, dict[str, Tensor]]:
+        """(total [B], parts) of ``reward_fn`` on the rollout, which returns a tensor or (total, parts).
+
+        Scores the images this rank holds; with several ranks the scores are gathered, so every rank
+        returns the scores of all B samples in rollout order. Not timed (callers name the phase).
+        """
+        rows = list(range(len(rollout))) if rollout.image_rows is None else rollout.image_rows
+        held_prompts = [rollout.prompts[i] for i in rows]
+        out = reward_fn(rollout.images, held_prompts) if rows or not self.dist.enabled else None
+        total, parts = (out if isinstance(out, tuple) else (out, {})) if out is not None else (None, {})
+        if not self.dist.enabled:
+            return total, dict(parts)
+        shards = self.dist.gather_objects((rows, None if total is None else total.detach().cpu(),
+                                           {k: v.detach().cpu() for k, v in parts.items()}))
+        n = len(rollout)
+        full_total = torch.full((n,), float("nan"))
+        full_parts: dict[str, Tensor] = {}
+        covered = 0
+        for shard_rows, shard_total, shard_parts in shards:
+            if not shard_rows:
+                continue
+            index = torch.tensor(shard_rows, dtype=torch.long)
+            full_total = full_total.to(shard_total.dtype)
+            full_total[index] = shard_total
+            for key, value in shard_parts.items():
+                full_parts.setdefault(key, torch.full((n,), float("nan"), dtype=value.dtype))[index] = value
+            covered += len(shard_rows)
+        if covered != n:
+            raise RuntimeError(f"score: the ranks hold images of {covered} of {n} samples; every sample must be "
+                               "held by exactly one rank")
+        return full_total, full_parts
 
     def log_prob(self, net: str | nn.Module, rollout: Rollout, step_index: int,
                  idx: Sequence[int] | Tensor | None = None) -> StepLogProb:

@@ -36,6 +36,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -414,10 +415,19 @@ class Submission:
 
 
 def launch_local(spec, runs: Sequence[Any], results_root: Path, *, run_fn: str | Callable = DEFAULT_RUN_FN,
-                 force: bool = False, display=None, sys_path: Sequence[str] = ()) -> Submission:
-    """Run every run in this process, one after another; a failing run does not stop the others."""
+                 force: bool = False, display=None, sys_path: Sequence[str] = (), group=None) -> Submission:
+    """Run every run in this process, one after another; a failing run does not stop the others.
+
+    Under torchrun (``group``: solbench.distributed.join_launch_group) every rank calls this with
+    the same runs; rank 0 prepares the run folders and the others wait for it, then all execute
+    each run together (rank 0 records it).
+    """
     ref = run_fn_ref(run_fn)
-    stores = [prepare_run(run, spec.run_dir(results_root, run.run_id), force=force) for run in runs]
+    main = group is None or group.is_main
+    stores = [prepare_run(run, spec.run_dir(results_root, run.run_id), force=force) if main
+              else RunStore(spec.run_dir(results_root, run.run_id), run.run_id) for run in runs]
+    if group is not None:
+        group.barrier()  # rank 0 has (re)set the folders before any rank looks for checkpoints
     submission = Submission("local")
     for run, store in zip(runs, stores):
         task = RunTask(str(store.run_dir), run.config.to_dict(), ref, list(sys_path))
@@ -429,8 +439,61 @@ def launch_local(spec, runs: Sequence[Any], results_root: Path, *, run_fn: str |
     return submission
 
 
-def slurm_executor(folder: Path, profile, *, name: str):
-    """A submitit executor configured from a launch profile."""
+CODE_SNAPSHOT_ENV = "SOLBENCH_CODE_SNAPSHOT"
+
+
+def snapshot_code(dest_root: Path) -> Path:
+    """Copy the solbench code running now into ``dest_root/<content hash>/``; returns that folder.
+
+    Slurm jobs may start hours after submission and requeued jobs start again later still; with the
+    snapshot first on their PYTHONPATH they run the code of submission time, not whatever the
+    checkout holds by then. The copy has the installed layout (solbench/, with methods/ as
+    solbench/methods/), so it imports without the editable install's path mapping. Identical code
+    shares one snapshot; CODE.json beside it records where it came from and the git state.
+    """
+    import hashlib
+
+    import solbench
+    import solbench.methods
+
+    package = Path(solbench.__file__).resolve().parent
+    methods = Path(solbench.methods.__file__).resolve().parent
+    sources = {Path("solbench"): package}
+    if methods != package / "methods":  # a checkout: methods/ at the top maps to solbench.methods
+        sources[Path("solbench/methods")] = methods
+    files: list[tuple[Path, Path]] = []  # (relative destination, source)
+    for rel_root, root in sources.items():
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
+                files.append((rel_root / path.relative_to(root), path))
+    digest = hashlib.sha256()
+    for rel, path in files:
+        digest.update(str(rel).encode() + b"\0" + path.read_bytes() + b"\0")
+    snapshot = Path(dest_root) / digest.hexdigest()[:16]
+    if (snapshot / "CODE.json").exists():
+        return snapshot.resolve()
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(Path(dest_root))))
+    for rel, path in files:
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, tmp / rel)
+    env = capture_env()
+    meta = {"source": {str(k): str(v) for k, v in sources.items()}, "files": len(files),
+            "git_sha": env.get("git_sha"), "git_dirty": env.get("git_dirty"), "created_at": _now()}
+    (tmp / "CODE.json").write_text(json.dumps(meta, indent=2) + "\n")
+    try:
+        os.replace(tmp, snapshot)
+    except OSError:  # another submission made the same snapshot meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+    return snapshot.resolve()
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def slurm_executor(folder: Path, profile, *, name: str, code_snapshot: Path | None = None):
+    """A submitit executor configured from a launch profile (jobs import ``code_snapshot`` first)."""
     import submitit
 
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm", slurm_max_num_timeout=profile.max_requeues)
@@ -455,6 +518,11 @@ def slurm_executor(folder: Path, profile, *, name: str):
     if additional:
         params["slurm_additional_parameters"] = additional
     setup = list(profile.setup) + [f"export {k}={json.dumps(v)}" for k, v in profile.env.items()]
+    if code_snapshot is not None:
+        # PYTHONSAFEPATH (Python >= 3.11): the job's working directory (often the checkout itself)
+        # must not shadow the snapshot on sys.path
+        setup += [f'export PYTHONPATH={json.dumps(str(code_snapshot))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+                  "export PYTHONSAFEPATH=1", f"export {CODE_SNAPSHOT_ENV}={json.dumps(str(code_snapshot))}"]
     if setup:
         params["slurm_setup"] = setup
     executor.update_parameters(**params)
@@ -466,7 +534,9 @@ def launch_slurm(spec, runs: Sequence[Any], results_root: Path, profile, *, run_
     """Submit the runs as one Slurm job array (executor.batch()); returns once submitted."""
     ref = run_fn_ref(run_fn)
     experiment_dir = Path(results_root) / spec.name
-    executor = slurm_executor(experiment_dir / ".submitit", profile, name=f"solbench-{spec.name}")
+    snapshot = snapshot_code(experiment_dir / ".code") if profile.snapshot_code else None
+    executor = slurm_executor(experiment_dir / ".submitit", profile, name=f"solbench-{spec.name}",
+                              code_snapshot=snapshot)
     stores = [prepare_run(run, spec.run_dir(results_root, run.run_id), force=force) for run in runs]
     jobs = []
     try:
@@ -482,7 +552,8 @@ def launch_slurm(spec, runs: Sequence[Any], results_root: Path, profile, *, run_
     for run, store, job in zip(runs, stores, jobs):
         submission.job_ids[run.run_id] = job.job_id
         record = {"executor": "slurm", "job_id": job.job_id, "submitted_at": _now(),
-                  "submitit_folder": str(experiment_dir / ".submitit"), "partition": profile.partition}
+                  "submitit_folder": str(experiment_dir / ".submitit"), "partition": profile.partition,
+                  "code_snapshot": None if snapshot is None else str(snapshot)}
         history = read_launch(store.run_dir).get("history", [])
         record["history"] = history + [{k: record[k] for k in ("job_id", "submitted_at")}]
         atomic_write_bytes(store.run_dir / LAUNCH_FILE, (json.dumps(record, indent=2) + "\n").encode())
@@ -519,19 +590,30 @@ def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str
     """Launch every run of ``spec`` that is not done (all of them with ``force``)."""
     from solbench.spec import load_profile
 
+    from solbench.distributed import join_launch_group
+
     results_root = Path(results_root)
     profile_path, profile = load_profile(profile_name or spec.launch, spec.path)
-    plan = plan_runs(spec, results_root, force=force, only=only)
-    if not plan.to_launch:
-        return LaunchResult(plan, None, profile_path, profile.executor)
-    preflight(spec, plan.to_launch)
-    if profile.executor == "local":
-        submission = launch_local(spec, plan.to_launch, results_root, run_fn=run_fn, force=force, display=display,
-                                  sys_path=sys_path)
-    else:
+    if profile.executor != "local":
+        plan = plan_runs(spec, results_root, force=force, only=only)
+        if not plan.to_launch:
+            return LaunchResult(plan, None, profile_path, profile.executor)
+        preflight(spec, plan.to_launch)
         submission = launch_slurm(spec, plan.to_launch, results_root, profile, run_fn=run_fn, force=force,
                                   sys_path=sys_path)
-    return LaunchResult(plan, submission, profile_path, profile.executor)
+        return LaunchResult(plan, submission, profile_path, profile.executor)
+    group = join_launch_group()  # under torchrun the ranks share one process group for every run
+    try:
+        # every rank follows rank 0's plan: a rank planning later would see the runs as running
+        plan = group.broadcast(plan_runs(spec, results_root, force=force, only=only) if group.is_main else None)
+        if not plan.to_launch:
+            return LaunchResult(plan, None, profile_path, profile.executor)
+        preflight(spec, plan.to_launch)
+        submission = launch_local(spec, plan.to_launch, results_root, run_fn=run_fn, force=force, display=display,
+                                  sys_path=sys_path, group=group if group.enabled else None)
+        return LaunchResult(plan, submission, profile_path, profile.executor)
+    finally:
+        group.close()
 
 
 def spec_run_dirs(spec, results_root: str | Path) -> dict[str, Path]:

@@ -405,6 +405,14 @@ def capture_env(repo_dir: str | os.PathLike | None = None) -> dict[str, Any]:
             if key in os.environ
         },
     }
+    import solbench
+
+    env["solbench_path"] = str(Path(solbench.__file__).resolve().parent)  # which copy of the code ran
+    env["code_snapshot"] = os.environ.get("SOLBENCH_CODE_SNAPSHOT")  # set in Slurm jobs (solbench.launch)
+    code_meta = Path(env["code_snapshot"] or "/nonexistent") / "CODE.json"
+    if env["git_sha"] is None and code_meta.is_file():  # a snapshot is no checkout: its CODE.json says
+        meta = json.loads(code_meta.read_text())
+        env["git_sha"], env["git_dirty"] = meta.get("git_sha"), meta.get("git_dirty")
     if "torch" in sys.modules or env["versions"]["torch"]:
         import torch
 

@@ -173,6 +173,7 @@ class ProfileModel(BaseModel):
     setup: list[str] = Field(default_factory=list)  # shell lines run before each job (module load ...)
     slurm_additional_parameters: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)  # environment variables for the jobs
+    snapshot_code: bool = True  # Slurm jobs import a copy of the code made at submission (results/<exp>/.code/)
 
 
 class SweepParam(BaseModel):

@@ -17,7 +17,12 @@ EMA weights (or the policy) sample the fixed eval prompts x seeds (noise stream 
 Euler ODE of ``eval_steps`` steps, identical for every method, scored by ``cfg.eval.rewards``.
 
 Rows go to the run's tables (metrics, timings, candidates) after every iteration, TensorBoard
-scalars to run_dir/tb and a sample grid per evaluation to run_dir/samples. A checkpoint holds
+scalars to run_dir/tb and a sample grid per evaluation to run_dir/samples.
+
+With ``world_size`` > 1 every rank runs this same loop (solbench.distributed): the engine shards
+rollouts and gathers latents and rewards, so every rank collects the same global batch; the chunks
+are dealt round-robin over ranks and gradients summed before each optimizer step. Rank 0 alone
+writes rows, checkpoints, TensorBoard and grids; every rank resumes from rank 0's checkpoint. A checkpoint holds
 everything needed to continue bit for bit: trainable weights of every role, optimizer, method
 state, RNG states, step, wall-clock and images seen. On start, the newest checkpoint is loaded and
 rows after its step are dropped first, so a resumed run neither loses nor duplicates rows.
@@ -40,6 +45,7 @@ import torch
 from torch import nn
 
 from solbench.config import RunConfig
+from solbench.distributed import DistContext, init_distributed
 from solbench.engine import Engine
 from solbench.errors import ConfigError, NonFiniteLossError
 from solbench.method import Batch, Chunk, Iteration, Method, RunInfo, get_method, validate_method_config
@@ -54,8 +60,42 @@ ExploreFns = tuple[Callable[[nn.Module], nn.Module], Callable[[nn.Module, nn.Mod
 
 
 def train_run(cfg: RunConfig, store, *, progress=None) -> dict:
-    """Run (or resume) one training run; returns a summary dict (final eval metrics, step, wall_s)."""
-    return Trainer(cfg, store, progress=progress).run()
+    """Run (or resume) one training run; returns a summary dict (final eval metrics, step, wall_s).
+
+    With ``cfg.world_size`` > 1 this process must be one of that many ranks (torchrun or Slurm
+    tasks); see solbench.distributed.
+    """
+    dist = init_distributed(cfg.world_size, resolve_device(cfg.device).type)
+    try:
+        return Trainer(cfg, store, progress=progress, dist=dist).run()
+    finally:
+        dist.close()
+
+
+class FollowerStore:
+    """The run store as a rank other than 0 sees it: reads (the checkpoint to resume from) go
+    through, writes are dropped, because rank 0 writes every row and checkpoint of the run."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    def append(self, table: str, rows) -> None:
+        pass
+
+    def truncate_after(self, step: int) -> None:
+        pass
+
+    def write_json(self, name: str, obj) -> None:
+        pass
+
+    def write_status(self, state: str, **info) -> None:
+        pass
+
+    def save_checkpoint(self, step: int, state: dict) -> None:
+        return None
 
 
 def resolve_device(name: str) -> torch.device:
@@ -123,7 +163,8 @@ class Trainer:
     """The state of one run; ``run()`` drives it. ``explore`` overrides the explore-copy functions
     (tests use an identity copy to check Sol-RL's invariants)."""
 
-    def __init__(self, cfg: RunConfig, store, *, progress=None, explore: ExploreFns | None = None) -> None:
+    def __init__(self, cfg: RunConfig, store, *, progress=None, explore: ExploreFns | None = None,
+                 dist: DistContext | None = None) -> None:
         from solbench.models import build_adapter
         from solbench import rewards as reward_registry
         from solbench.world.prompts import load_prompt_set
@@ -133,9 +174,12 @@ class Trainer:
             if value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
         self.cfg = cfg
-        self.store = store
-        self.progress = progress
+        self.dist = dist or init_distributed(cfg.world_size, resolve_device(cfg.device).type)
+        self.store = store if self.dist.is_main else FollowerStore(store)
+        self.progress = progress if self.dist.is_main else None
         self.device = resolve_device(cfg.device)
+        if self.dist.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.dist.local_rank)
         _seed_everything(cfg.seed)  # LoRA's initial A matrices come from the global RNG
 
         method_cls = get_method(cfg.method)
@@ -151,7 +195,8 @@ class Trainer:
         self.timer = PhaseTimer()
         self.engine = Engine(self.adapter, self.nets, reward_registry.RewardSet(cfg.rewards, self.device),
                              self.timer, cfg.seed, self.device,
-                             explore_recipe=(cfg.quant.recipe if explore is None else "identity") if uses_explore else None)
+                             explore_recipe=(cfg.quant.recipe if explore is None else "identity") if uses_explore else None,
+                             dist=self.dist)
         self.params = self.nets.trainable("policy")
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.finetune.lr, betas=tuple(cfg.finetune.adam_betas),
                                            weight_decay=cfg.finetune.weight_decay)
@@ -187,7 +232,7 @@ class Trainer:
             self.train_iteration()
             if self.step % cfg.eval.every == 0 or self.step == cfg.iterations:
                 final_eval = self.evaluate()
-            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.iterations:
+            if (self.step % cfg.checkpoint_every == 0 or self.step == cfg.iterations) and self.dist.is_main:
                 self.store.save_checkpoint(self.step, self.state_dict())
         if self._writer is not None:
             self._writer.close()
@@ -215,43 +260,59 @@ class Trainer:
         self.record_iteration(batch, stats)
 
     def optimize(self, batch: Batch, it: Iteration) -> dict[str, float]:
-        """Backward over the method's chunks with accumulation; optimizer and EMA steps; NaN checks."""
-        accum = max(1, int(self.cfg.finetune.grad_accum))
+        """Backward over the method's chunks with accumulation; optimizer and EMA steps; NaN checks.
+
+        Chunk i is computed by rank i % world_size (every chunk here in a single process); the
+        logs of all chunks are gathered and reduced in chunk order, as one process would. W ranks
+        with grad_accum g update exactly like one process with grad_accum W x g.
+        """
+        dist = self.dist
+        # grad_accum counts micro-batches per rank (as in the reference scripts): an optimizer step
+        # follows grad_accum x world_size micro-batches of the global batch
+        accum = max(1, int(self.cfg.finetune.grad_accum)) * dist.world_size
         self.optimizer.zero_grad(set_to_none=True)
-        logs: dict[str, list[float]] = defaultdict(list)
-        micro_losses: list[float] = []
+        computed: list[tuple[int, int, float, dict[str, float]]] = []  # (chunk, micro-batch, loss x weight, logs)
         grad_norms: list[float] = []
-        micro_loss = 0.0
+        error: str | None = None  # a non-finite loss; raised at the next optimizer step on every rank
         done = 0
-        for chunk, upcoming in _lookahead(iter(self.method.chunks(batch, it))):
-            loss, chunk_logs = self.method.loss(self.engine, chunk)
-            if not torch.isfinite(loss).all():
-                raise NonFiniteLossError(
-                    f"{self.cfg.method}: loss is {float(loss.detach())} at step {self.step}, micro-batch "
-                    f"{chunk.micro_batch} of {chunk.n_micro_batches} (run {self.store.run_id}); "
-                    "stopping instead of zeroing it")
-            group_start = (chunk.micro_batch // accum) * accum
-            per_step = min(accum, chunk.n_micro_batches - group_start)
-            (loss * (chunk.weight / per_step)).backward()
-            micro_loss += float(loss.detach()) * chunk.weight
-            for key, value in chunk_logs.items():
-                logs[key].append(value)
+        for index, (chunk, upcoming) in enumerate(_lookahead(iter(self.method.chunks(batch, it)))):
+            if index % dist.world_size == dist.rank and error is None:
+                loss, chunk_logs = self.method.loss(self.engine, chunk)
+                if torch.isfinite(loss).all():
+                    group_start = (chunk.micro_batch // accum) * accum
+                    per_step = min(accum, chunk.n_micro_batches - group_start)
+                    (loss * (chunk.weight / per_step)).backward()
+                    computed.append((index, chunk.micro_batch, float(loss.detach()) * chunk.weight, chunk_logs))
+                else:
+                    error = (f"{self.cfg.method}: loss is {float(loss.detach())} at step {self.step}, micro-batch "
+                             f"{chunk.micro_batch} of {chunk.n_micro_batches} (run {self.store.run_id}"
+                             f"{f', rank {dist.rank}' if dist.enabled else ''}); stopping instead of zeroing it")
             if upcoming is not None and upcoming.micro_batch == chunk.micro_batch:
                 continue
-            micro_losses.append(micro_loss)
-            micro_loss = 0.0
             done += 1
             if done % accum and upcoming is not None:
                 continue
-            grad_norms.append(self.optimizer_step(chunk))
+            grad_norms.append(self.optimizer_step(chunk, error))
+        if dist.enabled:
+            computed = sorted((c for part in dist.gather_objects(computed) for c in part), key=lambda c: c[0])
+        logs: dict[str, list[float]] = defaultdict(list)
+        micro_losses: dict[int, float] = {}
+        for _, micro_batch, weighted_loss, chunk_logs in computed:
+            micro_losses[micro_batch] = micro_losses.get(micro_batch, 0.0) + weighted_loss
+            for key, value in chunk_logs.items():
+                logs[key].append(value)
         stats = {key: float(np.mean(values)) for key, values in logs.items()}
-        stats["loss"] = float(np.mean(micro_losses)) if micro_losses else math.nan
+        stats["loss"] = float(np.mean(list(micro_losses.values()))) if micro_losses else math.nan
         stats["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else math.nan
         stats["optimizer_steps"] = float(len(grad_norms))
         stats["lr"] = float(self.optimizer.param_groups[0]["lr"])
         return stats
 
-    def optimizer_step(self, chunk: Chunk) -> float:
+    def optimizer_step(self, chunk: Chunk, error: str | None = None) -> float:
+        if self.dist.any(error is not None):
+            raise NonFiniteLossError(error or f"{self.cfg.method}: a non-finite loss on another rank at step "
+                                              f"{self.step} (run {self.store.run_id}); stopping")
+        self.dist.sum_gradients(self.params)
         clip = self.cfg.finetune.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(self.params, clip if clip and clip > 0 else math.inf)
         if not torch.isfinite(norm):
@@ -279,17 +340,21 @@ class Trainer:
         metrics: dict[str, float] = {}
         with self.engine.phase("eval", precision="full", n_images=len(ids)):
             for name, reward in self.eval_rewards.items():
-                scores = reward(rollout.images, texts).double()
+                scores = self.engine.score_with(reward, rollout)[0].double()
                 metrics[name] = float(scores.mean())
                 for skill in sorted(set(skills)):
                     mask = torch.tensor([s == skill for s in skills])
                     metrics[f"{name}/{skill}"] = float(scores[mask].mean())
         self.store.append("metrics", [self._metric_row("eval", k, v) for k, v in metrics.items()])
         self._flush_timings()
+        if not self.dist.is_main:
+            return metrics
         writer = self.writer()
         for key, value in metrics.items():
             writer.add_scalar(f"eval/{key}", value, self.step)
-        grid_records = self.eval_prompts[: min(cfg.eval.grid_prompts, len(self.eval_prompts))]
+        # the grid shows the first prompts, whose images rank 0 holds (its shard starts at row 0)
+        held = len(rollout) if rollout.image_rows is None else len(rollout.image_rows)
+        grid_records = self.eval_prompts[: min(cfg.eval.grid_prompts, len(self.eval_prompts), held // seeds)]
         self._save_grid(rollout.images[: len(grid_records) * seeds], columns=seeds, records=grid_records)
         if self.progress:
             self.progress(self.store.run_id, self.step, "eval", metrics)
@@ -332,6 +397,8 @@ class Trainer:
         self.store.append("metrics", [self._metric_row("train", k, v) for k, v in metrics.items()])
         self.store.append("candidates", [{"step": self.step, **c.row()} for c in batch.candidates])
         self._flush_timings()
+        if not self.dist.is_main:
+            return
         writer = self.writer()
         for key, value in metrics.items():
             if math.isfinite(value):

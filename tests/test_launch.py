@@ -215,3 +215,30 @@ def test_end_to_end_with_the_real_trainer_on_the_smoke_setting(tmp_path, capsys)
     assert "report:" in out and (reports / "smoke").is_dir()
     assert cli(["run", str(spec_path), "--results", str(results), "--quiet"]) == 0
     assert "nothing to do" in capsys.readouterr().out
+
+
+def test_code_snapshot_has_the_installed_layout_is_shared_and_imports_first(tmp_path):
+    import solbench.methods
+    from solbench.launch import snapshot_code
+
+    snapshot = snapshot_code(tmp_path / ".code")
+    assert snapshot_code(tmp_path / ".code") == snapshot  # identical code: one snapshot
+    assert len([p for p in (tmp_path / ".code").iterdir()]) == 1
+    for rel in ("solbench/launch.py", "solbench/methods/sol_rl.py", "solbench/methods/flow_grpo.py",
+                "solbench/world/prompts/shapes_train.jsonl", "solbench/assets/tiny_t2i.safetensors"):
+        assert (snapshot / rel).is_file(), rel
+    source = Path(solbench.methods.__file__).parent / "sol_rl.py"
+    assert (snapshot / "solbench/methods/sol_rl.py").read_bytes() == source.read_bytes()
+    assert not list(snapshot.rglob("__pycache__"))
+    meta = json.loads((snapshot / "CODE.json").read_text())
+    assert meta["files"] > 50 and "git_sha" in meta
+    # a job with the snapshot first on PYTHONPATH (and the working directory kept off sys.path, as
+    # the Slurm setup lines do) imports the harness and the methods from it, even from the checkout
+    probe = ("import solbench, solbench.methods.sol_rl as m, solbench.method as reg; "
+             "print(solbench.__file__); print(m.__file__); print(sorted(reg.method_names()))")
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(snapshot), "PYTHONSAFEPATH": "1"},
+                         cwd=Path(solbench.methods.__file__).parent.parent,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == str(snapshot / "solbench" / "__init__.py")
+    assert out[1] == str(snapshot / "solbench" / "methods" / "sol_rl.py")
+    assert "sol_rl" in out[2] and "flow_grpo" in out[2]

@@ -91,7 +91,13 @@ def test_a_spec_runs_as_one_job_array_and_a_crash_is_reported_with_its_traceback
     assert crashed["slurm_job_id"] == job_ids[by_seed[1].run_id]
     done = RunStore(spec.run_dir(results, by_seed[0].run_id), by_seed[0].run_id)
     assert [r["step"] for r in done.read("metrics")] == [0, 1, 2, 3]
-    assert done.read_json("env.json")["slurm"]["slurm_array_task_id"] in {"0", "1", "2"}
+    env = done.read_json("env.json")
+    assert env["slurm"]["slurm_array_task_id"] in {"0", "1", "2"}
+    # the job ran the code snapshot taken at submission, not the checkout
+    snapshot = Path(env["code_snapshot"])
+    assert snapshot.parent == (results / spec.name / ".code").resolve()
+    assert env["solbench_path"] == str(snapshot / "solbench") and env["git_sha"]
+    assert (snapshot / "solbench" / "methods" / "sol_rl.py").is_file()
     wait_until(lambda: sacct_state(job_ids[by_seed[1].run_id]) == "FAILED", 30, "sacct FAILED")
     assert sacct_state(job_ids[by_seed[0].run_id]) == "COMPLETED"
 
@@ -155,3 +161,65 @@ def test_a_preempted_job_checkpoints_requeues_and_resumes(tmp_path):
     status = store.read_status()
     assert status["attempt"] == 2 and status["slurm_job_id"] == job_id  # the same job, requeued
     _assert_resumed_exactly(run, store, tmp_path)
+
+
+TWO_RANKS_PROFILE = """
+description: two ranks per run on the local test cluster
+executor: slurm
+partition: debug
+tasks_per_node: 2
+cpus_per_task: 1
+timeout_min: 30
+env: {OMP_NUM_THREADS: "1"}
+"""
+
+TWO_RANKS_SPEC = """
+name: tworanks
+launch: LAUNCH
+base:
+  model: {name: tiny}
+  rewards: {shapes_geneval: 1.0}
+  prompts_per_iter: 2
+  iterations: 2
+  world_size: WORLD
+  sampling: {steps: 3, eval_steps: 2}
+  eval: {every: 2, prompts: shapes/eval, n_prompts: 3, seeds_per_prompt: 1, rewards: [shapes_geneval]}
+  quant: {recipe: nvfp4_w4a16}
+matrix:
+  method: [sol_rl]
+  n: [4]
+  k: [2]
+  explore_steps: [2]
+"""
+
+
+def test_a_two_rank_run_through_submitit_tasks_matches_one_process(tmp_path):
+    """submitit starts one task per rank (tasks_per_node=2); the ranks join one gloo group and the
+    run's candidates (seeds, FP4 and full rewards, selections) equal a single process's."""
+    (tmp_path / "two.yaml").write_text(textwrap.dedent(TWO_RANKS_PROFILE))
+    for world, launch in ((2, str(tmp_path / "two.yaml")), (1, "local")):
+        (tmp_path / f"spec{world}.yaml").write_text(
+            textwrap.dedent(TWO_RANKS_SPEC).replace("LAUNCH", launch).replace("WORLD", str(world)))
+    results = tmp_path / "results"
+    two = load_spec(tmp_path / "spec2.yaml")
+    outcome = launch_spec(two, results)
+    assert outcome.executor == "slurm" and len(outcome.submission.job_ids) == 1
+    states = wait_for_runs(run_dirs(two, results), poll_s=1, timeout_s=240)
+    run = two.runs[0]
+    store = RunStore(two.run_dir(results, run.run_id), run.run_id)
+    assert states[run.run_id] == "done", store.read_status()
+    one = load_spec(tmp_path / "spec1.yaml")
+    launch_spec(one, results)
+    single = RunStore(one.run_dir(results, one.runs[0].run_id), one.runs[0].run_id)
+
+    def key(row):
+        return row["step"], row["prompt_id"], row["cand_idx"], row["precision"], row["selected"]
+
+    rows2, rows1 = store.read("candidates"), single.read("candidates")
+    assert len(rows2) == len(rows1) == 2 * (2 * 4 + 2 * 2)  # 2 steps x (N explore + K full) x 2 prompts
+    assert [key(r) for r in rows2] == [key(r) for r in rows1]
+    for a, b in zip(rows2, rows1):
+        assert a["reward"] == pytest.approx(b["reward"], abs=1e-5)
+    assert [r for r in rows2 if r["step"] == 1] == [{**r, "run_id": run.run_id} for r in rows1 if r["step"] == 1]
+    logs = sorted((results / "tworanks" / ".submitit").glob("*_log.out"))
+    assert len(logs) == 2  # one submitit task per rank

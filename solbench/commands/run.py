@@ -4,6 +4,10 @@ With ``launch: local`` (the default) the runs execute here, one after another, u
 progress display. With a Slurm profile they are submitted as one job array and the command returns
 once submitted (``--wait`` blocks until they end); ``solbench status SPEC`` follows them from disk.
 Re-running a finished spec does nothing and says so; ``--force`` reruns from scratch.
+
+Runs with world_size > 1 (several GPUs per run) start under torchrun on one machine
+(``torchrun --nproc-per-node 8 -m solbench run SPEC``): every rank runs this command, rank 0 shows
+progress, records results and writes the report. On Slurm the launch profile's tasks_per_node does it.
 """
 
 from __future__ import annotations
@@ -37,17 +41,23 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     from solbench.commands.status import build_board
 
+    from solbench.distributed import launch_rank
+
     out = console()
     spec = load_spec(args.spec)
-    print_notes(out, spec)
+    main_rank = launch_rank() == 0  # under torchrun only rank 0 talks and reports
+    if main_rank:
+        print_notes(out, spec)
     runs = filter_runs(spec, args.only)
     only = [r.run_id for r in runs] if args.only else None
     board = build_board(spec, runs, args.results)
-    display = LiveDisplay(board, enabled=not args.quiet)
+    display = LiveDisplay(board, enabled=not args.quiet and main_rank)
 
     with display:
         result = launch_spec(spec, args.results, profile_name=args.launch, run_fn=args.run_fn, force=args.force,
                              only=only, display=display)
+    if not main_rank:
+        return 0
     plan = result.plan
     if result.submission is None:
         reasons = sorted(set(plan.skipped.values()))
