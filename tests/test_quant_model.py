@@ -203,6 +203,30 @@ def test_lora_policy_sync_equals_copy_of_the_merged_model(inputs):
     assert all(torch.equal(p, snapshot[n]) for n, p in policy.named_parameters())
 
 
+def test_lora_copy_shares_only_the_frozen_full_precision_parameters(inputs):
+    """The explore copy of a LoRA policy reuses the frozen weights it keeps in full precision
+    (embedders, norms, skipped Linears) instead of copying them; quantized and LoRA layers get their
+    own. It computes exactly what an unshared copy computes, before and after a sync."""
+    policy = get_peft_model(tiny_flux(), LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                                                    target_modules=["to_q", "to_k", "to_v", "to_out.0"]))
+    shared_copy = quantized_copy(policy, "nvfp4_tiny")
+    plain_copy = quantized_copy(policy, "nvfp4_tiny", share_frozen=False)
+    policy_params = {id(p) for p in policy.parameters()}
+    shared = {n for n, p in shared_copy.named_parameters() if id(p) in policy_params}
+    assert not any(id(p) in policy_params for p in plain_copy.parameters())
+    quantized = {n for n, m in shared_copy.named_modules() if isinstance(m, QuantLinear)}
+    assert shared, "no parameter was shared"
+    for name in shared:  # neither inside a quantized layer nor a LoRA-adapted one
+        layer = name.rsplit(".", 1)[0]
+        assert layer not in quantized and not layer.endswith(("to_q", "to_k", "to_v", "to_out.0")), name
+    assert any(n.startswith("x_embedder") for n in shared) and any("norm" in n for n in shared)
+    assert torch.equal(run(shared_copy, inputs), run(plain_copy, inputs))
+    _optimizer_step(policy, inputs)
+    sync_weights(shared_copy, policy)
+    sync_weights(plain_copy, policy)
+    assert torch.equal(run(shared_copy, inputs), run(plain_copy, inputs))
+
+
 def test_sync_rejects_a_different_architecture(model):
     copy_ = quantized_copy(model, "nvfp4_tiny")
     other = FluxTransformer2DModel(

@@ -181,6 +181,7 @@ def quantized_copy(
     recipe: Union[str, QuantRecipe],
     *,
     share_input_quantization: bool = True,
+    share_frozen: bool = True,
 ) -> nn.Module:
     """A deep copy of `model` whose nn.Linear layers run in `recipe`'s precision.
 
@@ -191,6 +192,10 @@ def quantized_copy(
         share_input_quantization: emulated backend only. Layers fed the very same activation
             tensor (q/k/v projections) quantize it once; results are bit-identical. Turn off
             under torch.compile, which cannot trace the identity check.
+        share_frozen: the copy reuses (does not copy) the frozen parameters of layers it keeps in
+            full precision and that carry no LoRA adapter (embedders, norms, skipped Linears), as
+            they are equal in both models. This saves their memory on real models; the price is
+            that moving the copy to another device or dtype moves those parameters of `model` too.
 
     Returns:
         The copy, in eval mode with requires_grad False everywhere, under the base model's names
@@ -201,7 +206,8 @@ def quantized_copy(
     if recipe.backend == "te":
         _require_te(recipe)  # fail at once, even if the recipe ends up quantizing no layer
     root = _policy_root(model)
-    copied = copy_module.deepcopy(root)
+    memo = {id(p): p for p in _shareable_parameters(root, recipe)} if share_frozen else {}
+    copied = copy_module.deepcopy(root, memo)
     _strip_adapters(root, copied)
     for parameter in copied.parameters():
         parameter.grad = None
@@ -213,7 +219,7 @@ def quantized_copy(
         if not isinstance(module, nn.Linear):
             continue
         reason = recipe.skip_reason(name, module)
-        if reason is None and recipe.backend == "te" and (module.in_features % 16 or module.out_features % 16):
+        if reason is None and not _quantizes(recipe, name, module):
             reason = "TransformerEngine needs in/out features divisible by 16"
         if reason is None:
             _set_submodule(copied, name, make_quantized_layer(module, recipe, name=name, shared_inputs=shared))
@@ -223,6 +229,26 @@ def quantized_copy(
     copied.eval()
     object.__setattr__(copied, _COPY_INFO_ATTR, _CopyInfo(recipe, rows))
     return copied
+
+
+def _quantizes(recipe: QuantRecipe, name: str, module: nn.Module) -> bool:
+    """Whether `recipe` replaces the nn.Linear `name` by a quantized layer."""
+    if recipe.skip_reason(name, module) is not None:
+        return False
+    return not (recipe.backend == "te" and (module.in_features % 16 or module.out_features % 16))
+
+
+def _shareable_parameters(root: nn.Module, recipe: QuantRecipe) -> List[nn.Parameter]:
+    """Frozen parameters the copy can reuse: outside LoRA layers and outside quantized Linears."""
+    tuner_prefixes = list(_tuner_layers(root))
+    shareable = []
+    for name, module in root.named_modules():
+        if any(name == p or name.startswith(p + ".") for p in tuner_prefixes if p):
+            continue  # the copy merges the adapter into this layer's weight
+        if isinstance(module, nn.Linear) and _quantizes(recipe, name, module):
+            continue
+        shareable += [p for p in module.parameters(recurse=False) if not p.requires_grad]
+    return shareable
 
 
 @torch.no_grad()
@@ -262,7 +288,8 @@ def sync_weights(copy: nn.Module, model: nn.Module) -> None:
                 raise ValueError(
                     f"sync_weights: {full!r} has shape {tuple(src.shape)} in the policy but {tuple(tensor.shape)} in the copy"
                 )
-            tensor.copy_(src)
+            if tensor is not src:  # parameters shared with the policy are current already
+                tensor.copy_(src)
 
 
 def quantization_summary(copy: nn.Module, *, print_table: bool = False, file=None) -> List[LayerQuantization]:
