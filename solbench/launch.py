@@ -588,13 +588,14 @@ def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str
                 run_fn: str | Callable = DEFAULT_RUN_FN, force: bool = False, only: Sequence[str] | None = None,
                 display=None, sys_path: Sequence[str] = ()) -> LaunchResult:
     """Launch every run of ``spec`` that is not done (all of them with ``force``)."""
-    from solbench.spec import load_profile
+    from solbench.spec import check_launch, load_profile
 
     from solbench.distributed import join_launch_group
 
     results_root = Path(results_root)
     profile_path, profile = load_profile(profile_name or spec.launch, spec.path)
     if profile.executor != "local":
+        check_launch(spec, profile_path, profile)
         plan = plan_runs(spec, results_root, force=force, only=only)
         if not plan.to_launch:
             return LaunchResult(plan, None, profile_path, profile.executor)

@@ -748,6 +748,26 @@ def load_profile(name: str, spec_path: Path | None = None) -> tuple[str, Profile
                       f"profiles: {', '.join(known) or 'none'}")
 
 
+def check_launch(spec: ExperimentSpec, profile_path: str, profile: ProfileModel) -> None:
+    """Ranks per run against the launch profile, before anything is submitted.
+
+    On Slurm each rank of a run is one task (one per GPU), so world_size must equal nodes x
+    tasks_per_node, and a GPU profile runs one task per GPU.
+    """
+    if profile.executor != "slurm":
+        return
+    ranks = profile.nodes * profile.tasks_per_node
+    if profile.gpus_per_node and profile.tasks_per_node != profile.gpus_per_node:
+        raise ConfigError(f"{profile_path}: tasks_per_node={profile.tasks_per_node} but gpus_per_node="
+                          f"{profile.gpus_per_node}; solbench runs one rank (task) per GPU, set them equal")
+    wrong = sorted({r.config.world_size for r in spec.runs if r.config.world_size != ranks})
+    if wrong:
+        raise ConfigError(f"{spec.path}: world_size {', '.join(map(str, wrong))} does not match launch profile "
+                          f"{profile_path}, which starts nodes x tasks_per_node = {profile.nodes} x "
+                          f"{profile.tasks_per_node} = {ranks} ranks per run; set world_size: {ranks} or use a "
+                          "profile with that many tasks")
+
+
 def runs_table(spec: ExperimentSpec) -> tuple[list[str], list[list[str]]]:
     """Columns and rows describing the runs (what `solbench expand` prints)."""
     keys = [k for k in spec.axis_keys if k != "method"]

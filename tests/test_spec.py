@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from solbench.errors import ConfigError
-from solbench.spec import load_profile, load_spec, runs_table
+from solbench.spec import check_launch, load_profile, load_spec, runs_table
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = """
@@ -192,7 +192,20 @@ SHIPPED = sorted(p.name for p in (REPO / "experiments").glob("*.yaml"))
 def test_every_shipped_spec_validates_and_its_profile_exists(name):
     spec = load_spec(REPO / "experiments" / name)
     assert spec.runs and spec.name == Path(name).stem
-    load_profile(spec.launch, spec.path)
+    check_launch(spec, *load_profile(spec.launch, spec.path))
+
+
+def test_ranks_per_run_must_match_the_slurm_profile_before_submission(tmp_path):
+    spec = load_spec(write(tmp_path, """
+        launch: gpu
+        matrix: {method: [diffusion_nft], world_size: [4]}
+        """))
+    with pytest.raises(ConfigError, match=r"world_size 4 does not match launch profile .*gpu\.yaml.*1 x 8 = 8 ranks"):
+        check_launch(spec, *load_profile(spec.launch, spec.path))
+    (tmp_path / "odd.yaml").write_text("executor: slurm\ntasks_per_node: 2\ngpus_per_node: 4\n")
+    with pytest.raises(ConfigError, match=r"odd\.yaml: tasks_per_node=2 but gpus_per_node=4; .*one rank \(task\) per GPU"):
+        check_launch(spec, *load_profile(str(tmp_path / "odd.yaml"), spec.path))
+    check_launch(spec, *load_profile("local"))  # torchrun starts the ranks; nothing to check here
 
 
 def test_shipped_specs_cover_the_paper():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from solbench.commands._common import add_spec_argument, console, print_notes, print_table
-from solbench.spec import load_spec, runs_table
+from solbench.spec import check_launch, load_profile, load_spec, runs_table
 
 HELP = "validate a spec and print its run table (run ids, methods, axes) without running anything"
 
@@ -18,6 +18,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     spec = load_spec(args.spec)
+    check_launch(spec, *load_profile(spec.launch, spec.path))
     out = console()
     if args.format == "ids":
         for run in spec.runs:
