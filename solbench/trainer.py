@@ -342,7 +342,7 @@ class Trainer:
             for name, reward in self.eval_rewards.items():
                 scores = self.engine.score_with(reward, rollout)[0].double()
                 metrics[name] = float(scores.mean())
-                for skill in sorted(set(skills)):
+                for skill in sorted({s for s in skills if s is not None}):  # .txt prompt sets have none
                     mask = torch.tensor([s == skill for s in skills])
                     metrics[f"{name}/{skill}"] = float(scores[mask].mean())
         self.store.append("metrics", [self._metric_row("eval", k, v) for k, v in metrics.items()])

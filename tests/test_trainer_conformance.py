@@ -156,3 +156,25 @@ def test_full_finetuning_and_gradient_accumulation(tmp_path):
     steps = [r for r in trainer.store.read("metrics") if r["metric"] == "optimizer_steps"]
     assert [r["value"] for r in steps] == [1.0]  # 6 samples -> 2 micro-batches -> 1 step
     assert get_method("diffusion_nft").nets <= set(trainer.nets)
+
+
+def test_eval_metrics_per_skill_ignore_prompts_without_a_skill(tmp_path):
+    """A prompt file where some records name a skill and others do not (a .txt names none):
+    per-skill rows for the named skills only, every prompt in the overall metric."""
+    import json
+
+    prompts = tmp_path / "eval.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"id": "e1", "text": "two red circles", "skill": "counting"},
+        {"id": "e2", "text": "a blue square"},
+        {"id": "e3", "text": "a green triangle", "skill": "single_object"})))
+    cfg = small_config("diffusion_nft", iterations=1)
+    cfg.eval.prompts, cfg.eval.n_prompts = str(prompts), None
+    store = RunStore(tmp_path / "run", cfg.run_id)
+    train_run(cfg, store)
+    names = {r["metric"] for r in store.read("metrics") if r["split"] == "eval" and r["step"] == 0}
+    assert names == {"colorfulness", "colorfulness/counting", "colorfulness/single_object"}
+    values = {r["metric"]: r["value"] for r in store.read("metrics") if r["split"] == "eval" and r["step"] == 0}
+    # the overall mean covers all three prompts: it is not the mean of the two per-skill values
+    assert values["colorfulness"] != pytest.approx((values["colorfulness/counting"]
+                                                    + values["colorfulness/single_object"]) / 2, abs=1e-9)

@@ -141,6 +141,40 @@ def test_prompt_files_from_paths(tmp_path):
     assert [(r.id, r.text, r.skill) for r in recs] == [("p1", "a cat", None), ("pick-00001", "a dog", None)]
 
 
+def test_prompt_files_are_utf8_split_on_newlines_only(tmp_path):
+    # Pick-a-Pic prompts carry emojis, accents and the odd U+2028; Windows files CRLF and a BOM.
+    txt = tmp_path / "train.txt"
+    txt.write_bytes("\ufeffa caf\u00e9 \U0001f348\r\nline\u2028separator inside\r\n\r\nzdzis\u0142aw\n".encode("utf-8"))
+    recs = prompts.load_prompt_set(txt)
+    assert [r.text for r in recs] == ["a caf\u00e9 \U0001f348", "line\u2028separator inside", "zdzis\u0142aw"]
+    assert [r.id for r in recs] == ["train-00000", "train-00001", "train-00002"] and {r.skill for r in recs} == {None}
+    jl = tmp_path / "test.jsonl"
+    jl.write_text(json.dumps({"text": "a \u2028 b", "skill": "art"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert [(r.id, r.text, r.skill) for r in prompts.load_prompt_set(jl)] == [("test-00000", "a \u2028 b", "art")]
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="UTF-8"):
+        prompts.load_prompt_set(latin1)
+
+
+def test_prompt_jsonl_records_are_checked(tmp_path):
+    def load(*records):
+        path = tmp_path / "set.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        return prompts.load_prompt_set(path)
+
+    with pytest.raises(ConfigError, match=r"set.jsonl: prompt id 'a' is used by records 1 and 3"):
+        load({"id": "a", "text": "x"}, {"id": "b", "text": "y"}, {"id": "a", "text": "z"})
+    with pytest.raises(ConfigError, match="prompt id 'set-00001'"):  # an explicit id equal to a default one
+        load({"id": "set-00001", "text": "x"}, {"text": "y"})
+    with pytest.raises(ConfigError, match=r"set.jsonl:2: 'text' must be a non-empty string"):
+        load({"text": "x"}, {"text": 3})
+    with pytest.raises(ConfigError, match=r"set.jsonl:1: 'text' must be a non-empty string"):
+        load({"text": "  "})
+    with pytest.raises(ConfigError, match=r"set.jsonl:1: 'skill' must be a string"):
+        load({"text": "x", "skill": 2})
+
+
 def test_prompt_set_errors_say_what_and_where(tmp_path):
     with pytest.raises(ConfigError, match="shapes/validation"):
         prompts.load_prompt_set("shapes/validation")

@@ -133,11 +133,14 @@ def download_command(repo_id: str, include: Sequence[str] = ()) -> str:
     return cmd
 
 
+# The laion ViT-H-14 repository serves only its tokenizer (and processor config); AutoTokenizer also
+# reads the repository's config.json when loading by repo id from the cache (transformers 5), so it
+# is required here too (`--include '*.json'` fetches it).
 WEIGHTS: dict[str, tuple[WeightSource, ...]] = {
     "pickscore": (
         WeightSource(PICKSCORE_MODEL, ("config.json", "model.safetensors|pytorch_model.bin"),
                      "PickScore_v1 CLIP ViT-H/14 weights"),
-        WeightSource(LAION_H14, ("preprocessor_config.json", "tokenizer.json|vocab.json"),
+        WeightSource(LAION_H14, ("preprocessor_config.json", "tokenizer.json|vocab.json", "config.json"),
                      "CLIP ViT-H/14 tokenizer and processor", include=("*.json", "*.txt")),
     ),
     "clipscore": (
@@ -147,7 +150,7 @@ WEIGHTS: dict[str, tuple[WeightSource, ...]] = {
     ),
     "hpsv2": (
         WeightSource(HPS_REPO, (HPS_FILE,), "HPSv2.1 open_clip ViT-H/14 checkpoint", include=(HPS_FILE,)),
-        WeightSource(LAION_H14, ("tokenizer.json|vocab.json",), "CLIP ViT-H/14 tokenizer",
+        WeightSource(LAION_H14, ("tokenizer.json|vocab.json", "config.json"), "CLIP ViT-H/14 tokenizer",
                      include=("*.json", "*.txt")),
     ),
     "imagereward": (

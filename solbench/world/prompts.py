@@ -10,7 +10,10 @@ per skill (EVAL_PER_SKILL), so per-skill accuracies are comparable; the remainin
 has seen every kind of caption; the splits exist for RL.
 
 `load_prompt_set` also reads any .txt file (one prompt per line) or .jsonl file (records with
-"text" and optional "id", "skill"), e.g. the PickScore prompt split on a cluster.
+"text" and optional "id", "skill"), e.g. the PickScore prompt split on a cluster. Files are read as
+UTF-8 (a leading byte-order mark is dropped), whatever the machine's locale: the Pick-a-Pic prompts
+are not ASCII. Ids are what the noise seeds and the candidates table key on, so they must be unique
+within a set; docs/real-models.md, "Prompt sets", gives the exact formats.
 """
 
 from __future__ import annotations
@@ -78,9 +81,19 @@ def write_shapes_splits(folder: Path | None = None) -> None:
                 fh.write(json.dumps({"id": r.id, "text": r.text, "skill": r.skill, "version": SPLIT_VERSION}) + "\n")
 
 
+def _read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 file, split on \\n, \\r\\n or \\r only (as iterating over an open file does;
+    str.splitlines would also split a prompt at U+2028, U+0085, form feeds, ...)."""
+    try:
+        with open(path, encoding="utf-8-sig", newline=None) as handle:
+            return handle.read().split("\n")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err}); prompt files must be UTF-8") from None
+
+
 def _read_jsonl(path: Path) -> list[PromptRecord]:
     records = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(_read_lines(path), start=1):
         if not line.strip():
             continue
         try:
@@ -88,7 +101,22 @@ def _read_jsonl(path: Path) -> list[PromptRecord]:
             text = obj["text"]
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             raise ConfigError(f"{path}:{lineno}: expected a JSON object with a 'text' field ({err})") from None
-        records.append(PromptRecord(str(obj.get("id", f"{path.stem}-{lineno - 1:05d}")), text, obj.get("skill")))
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError(f"{path}:{lineno}: 'text' must be a non-empty string, got {text!r}")
+        skill = obj.get("skill")
+        if skill is not None and not isinstance(skill, str):
+            raise ConfigError(f"{path}:{lineno}: 'skill' must be a string (or absent), got {skill!r}")
+        records.append(PromptRecord(str(obj.get("id", f"{path.stem}-{lineno - 1:05d}")), text, skill))
+    return records
+
+
+def _check_unique_ids(path: Path, records: list[PromptRecord]) -> list[PromptRecord]:
+    seen: dict[str, int] = {}
+    for index, record in enumerate(records):
+        if record.id in seen:
+            raise ConfigError(f"{path}: prompt id {record.id!r} is used by records {seen[record.id] + 1} and "
+                              f"{index + 1}; ids must be unique (noise seeds and result rows are keyed on them)")
+        seen[record.id] = index
     return records
 
 
@@ -106,8 +134,8 @@ def load_prompt_set(name_or_path: str | Path) -> list[PromptRecord]:
             f"prompt set {name!r} is neither a named set (shapes/train, shapes/eval, shapes/heldout) nor a file"
         )
     if path.suffix == ".jsonl":
-        return _read_jsonl(path)
+        return _check_unique_ids(path, _read_jsonl(path))
     if path.suffix == ".txt":
-        lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in _read_lines(path) if ln.strip()]
         return [PromptRecord(f"{path.stem}-{i:05d}", text) for i, text in enumerate(lines)]
     raise ConfigError(f"prompt file {path} must end in .txt (one prompt per line) or .jsonl")
