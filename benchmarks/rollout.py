@@ -14,8 +14,13 @@ engine makes), not as the difference of an engine timing and a bare-forward timi
 moment: on a shared 2-core machine those two drift apart by more than the overhead itself (session 1
 measured "+7%" and "-4%" that way for the same code).
 
-Peak: 2 cores x AVX-512 with two 512-bit FMA pipes (AMD Zen 5, family 26) = 2 x 16 lanes x 2 FLOP
-x 2 pipes = 64 FP32 FLOP per cycle per core, times the clock (--ghz; the VM does not report it).
+"row padding" is the cost, inside the forward, of the engine's CPU row padding for bit-identical
+regeneration (solbench.batch_invariance): the bare forward with and without it, interleaved. It is
+engine machinery too; the overhead column counts the time outside the forward.
+
+Peak: 2 cores x AVX-512 with two 512-bit FMA pipes (AMD Zen 5, Intel Xeon Sapphire Rapids) = 2 x 16
+lanes x 2 FLOP x 2 pipes = 64 FP32 FLOP per cycle per core, times the clock (--ghz; the VM does not
+report it).
 Timings on shared 2-core machines are noisy: compare ratios measured side by side.
 """
 
@@ -57,6 +62,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from solbench.batch_invariance import pad_linear_rows
     from solbench.engine import Engine, SamplerSpec
     from solbench.models.tiny import load_tiny
     from solbench.models.tiny_adapter import TinyAdapter
@@ -94,7 +100,8 @@ def main() -> None:
 
     table = Table(title=f"tiny model ({weights}), Euler {args.steps} steps, {args.threads} threads: "
                         f"peak {peak:.0f} GFLOP/s at {args.ghz} GHz, measured fp32 GEMM {gemm:.0f} GFLOP/s")
-    for col in ("precision", "batch", "images/s", "GFLOP/s", "% peak", "% GEMM", "bare fwd ms", "engine fwd ms", "engine overhead"):
+    for col in ("precision", "batch", "images/s", "GFLOP/s", "% peak", "% GEMM", "bare fwd ms", "engine fwd ms", "row padding",
+                "engine overhead"):
         table.add_column(col, justify="right")
     for precision in args.precisions.split(","):
         net = nets[precision]
@@ -120,18 +127,24 @@ def main() -> None:
             t = torch.full((padded,), 0.5)
             with torch.no_grad():
                 bare_velocity(net, x, t, cond["tokens"], cond["pooled"])
-                fwd_times = []
-                for _ in range(args.repeats * 3):
+                fwd_times, padded_times = [], []
+                for _ in range(args.repeats * 3):  # interleaved: the two see the same machine load
                     t0 = time.perf_counter()
                     bare_velocity(net, x, t, cond["tokens"], cond["pooled"])
                     fwd_times.append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    with pad_linear_rows():
+                        bare_velocity(net, x, t, cond["tokens"], cond["pooled"])
+                    padded_times.append(time.perf_counter() - t0)
             sample_s = min(sample_times)  # best of repeats: robust to other jobs on shared cores
             fwd_s = min(fwd_times)
+            pad_cost = min(padded_times) / fwd_s - 1 if engine.pad_rows else 0.0
             best = sample_times.index(sample_s)
             overhead = sorted(overheads)[len(overheads) // 2]  # median over repeats
             gflops = flops_per_image * batch / sample_s / 1e9
             row = (precision, str(batch), f"{batch / sample_s:.1f}", f"{gflops:.1f}", f"{100 * gflops / peak:.1f}",
-                   f"{100 * gflops / gemm:.1f}", f"{1000 * fwd_s:.1f}", f"{1000 * engine_fwd[best]:.1f}", f"{100 * overhead:.1f}%")
+                   f"{100 * gflops / gemm:.1f}", f"{1000 * fwd_s:.1f}", f"{1000 * engine_fwd[best]:.1f}", f"{100 * pad_cost:+.1f}%",
+                   f"{100 * overhead:.1f}%")
             table.add_row(*row)
             print("  ".join(row), flush=True)  # progress: slow precisions take minutes on 2 cores
     Console(width=140).print(table)

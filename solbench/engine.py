@@ -27,12 +27,14 @@ the rewards. Method code sees global rollouts and needs no change.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor, nn
 
 from solbench import sampling
+from solbench.batch_invariance import pad_linear_rows
 from solbench.distributed import SINGLE, DistContext
 from solbench.errors import ConfigError
 from solbench.models.base import Cond, ModelAdapter, net_dtype
@@ -166,17 +168,17 @@ class Engine:
         micro_batch: sample at most this many candidates per network call (memory bound on real
             models); None = the whole request at once.
         batch_multiple: every network call is padded (with copies of its last row, dropped after)
-            to a multiple of this many rows. On CPU, sgemm returns a row's result independently of
-            the other rows only when the row count is a multiple of 4 (measured: M = 1..3 and the
-            tail of M = 10 differ in the last bit), so the default 4 on CPU makes a candidate's
-            result bit-identical whatever batch it is computed in; 1 elsewhere.
+            to a multiple of this many rows; default 4 on CPU, 1 elsewhere.
+        pad_rows: compute every linear layer on a row count CPU GEMMs are row-invariant for
+            (solbench.batch_invariance); default on CPU. With the batch padding it makes a
+            candidate's result on CPU bit-identical whatever batch, micro-batch or rank computes it.
         dist: this process's place among the run's ranks (solbench.distributed); default one process.
     """
 
     def __init__(self, adapter: ModelAdapter, nets: Mapping[str, nn.Module], rewards, timer: PhaseTimer,
                  run_seed: int, device: torch.device | str = "cpu", explore_recipe=None,
                  micro_batch: int | None = None, batch_multiple: int | None = None,
-                 dist: DistContext = SINGLE) -> None:
+                 pad_rows: bool | None = None, dist: DistContext = SINGLE) -> None:
         self.adapter = adapter
         self.nets = nets
         self.rewards = rewards
@@ -192,6 +194,7 @@ class Engine:
         if batch_multiple < 1:
             raise ConfigError(f"Engine batch_multiple must be >= 1, got {batch_multiple}")
         self.batch_multiple = batch_multiple
+        self.pad_rows = self.device.type == "cpu" if pad_rows is None else bool(pad_rows)
         self.dist = dist
 
     # -- networks and precision ----------------------------------------------------------------
@@ -219,7 +222,12 @@ class Engine:
 
     # -- model calls ----------------------------------------------------------------------------
     def encode(self, prompts: Sequence[str]) -> Cond:
-        return self.adapter.encode(prompts)
+        with self._row_invariant():
+            return self.adapter.encode(prompts)
+
+    def _row_invariant(self):
+        """The context every network call runs in (see ``pad_rows``)."""
+        return pad_linear_rows() if self.pad_rows else nullcontext()
 
     def velocity(self, net: str | nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None = None) -> Tensor:
         """Velocity of a role (or module) at (x_t, t); carries gradients when the net has them.
@@ -235,11 +243,12 @@ class Engine:
         if t.ndim == 0:
             t = t.expand(n)
         pad = (-n) % self.batch_multiple
-        if pad == 0 or n == 0:
-            return self.adapter.velocity(module, x_t, t, cond, guidance)
-        last = [n - 1] * pad
-        v = self.adapter.velocity(module, torch.cat([x_t, x_t[last]]), torch.cat([t, t[last]]),
-                                  Cond.cat([cond, cond.index(last)]), guidance)
+        with self._row_invariant():
+            if pad == 0 or n == 0:
+                return self.adapter.velocity(module, x_t, t, cond, guidance)
+            last = [n - 1] * pad
+            v = self.adapter.velocity(module, torch.cat([x_t, x_t[last]]), torch.cat([t, t[last]]),
+                                      Cond.cat([cond, cond.index(last)]), guidance)
         return v[:n]
 
     def rollout_flops(self, n_images: int, sampler: SamplerSpec) -> float | None:
@@ -282,7 +291,7 @@ class Engine:
             with torch.no_grad():
                 for start in range(0, n_local, chunk):
                     sl = slice(start, start + chunk)
-                    cond = self.adapter.encode(local_prompts[sl])
+                    cond = self.encode(local_prompts[sl])
                     chunk_seeds = sde_seeds[sl]
                     noise = ((lambda j, s=chunk_seeds: step_noise(s, j, latent_shape, device=self.device))
                              if spec.stochastic else None)

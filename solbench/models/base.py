@@ -128,14 +128,16 @@ class ModelAdapter(ABC):
 
     # -- conditioning ----------------------------------------------------------------------
     def encode(self, prompts: Sequence[str]) -> Cond:
-        """Conditioning for ``prompts``; each distinct text is encoded once and cached."""
+        """Conditioning for ``prompts``; each distinct text is encoded once and cached.
+
+        A text is encoded on its own, never batched with others: its embedding then does not depend
+        on which prompts happened to be new at the same time (GEMMs are not row-invariant across
+        batch sizes), so every rank and every run order conditions on the same numbers.
+        """
         prompts = list(prompts)
-        missing = list(dict.fromkeys(p for p in prompts if p not in self._cond_cache))
-        if missing:
+        for text in dict.fromkeys(p for p in prompts if p not in self._cond_cache):
             with torch.no_grad():
-                fresh = self._encode_batch(missing)
-            for i, text in enumerate(missing):
-                self._cond_cache[text] = fresh.index(slice(i, i + 1))
+                self._cond_cache[text] = self._encode_batch([text])
         return Cond.cat(self._cond_cache[p] for p in prompts)
 
     def uncond_cond(self) -> Cond:
