@@ -12,6 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import ml_dtypes
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -65,16 +66,38 @@ def block_decode_factors(q, x_shape):
 
 
 def assert_nearest_grid_point(x, x_hat, d):
+    """Each x_hat is the point of its block's grid (E2M1 values x d) nearest to x.
+
+    Except where TE's recipe caps the encode scale: e_b = min(1 / d, FLT_MAX) (nvfp4.md step 3).
+    When d is so small that 1 / d overflows (tensor amax near FLT_MIN), elements are encoded as
+    E2M1_RNE(x * FLT_MAX) instead, which the recipe defines and the property checks exactly.
+    """
+    f32_max = np.finfo(np.float32).max
+    capped = 1.0 / np.maximum(d, 1e-300) > float(f32_max)
+    x32 = x.astype(np.float32)
     x = x.astype(np.float64)
     x_hat = x_hat.astype(np.float64)
     grid = np.concatenate([-E2M1_GRID[::-1], E2M1_GRID])[None, None, :] * d[..., None]
     best = np.abs(x[..., None] - grid).min(axis=-1)
+    with np.errstate(over="ignore"):
+        capped_codes = np.clip(x32 * f32_max, -6, 6).astype(ml_dtypes.float4_e2m1fn).astype(np.float64)
+    best = np.where(capped, np.abs(x - capped_codes * d), best)
     err = np.abs(x - x_hat)
     # tolerance: a few fp32 ulps of the grid's largest value (the encode scale is a rounded 1/d)
     slack = 1e-6 * 6 * d + 1e-45
     assert (err <= best + slack).all(), f"not a nearest grid point: err {err[err > best + slack][:4]}, best {best[err > best + slack][:4]}"
     on_grid = np.abs(x_hat[..., None] - grid).min(axis=-1) <= 1e-6 * 6 * d + 1e-45
     assert on_grid.all()
+
+
+def test_a_capped_encode_scale_follows_the_recipe_not_the_nearest_point():
+    # amax = FLT_MIN: S_enc = FLT_MAX, block scale 0.6875, d = 0.6875 / FLT_MAX (subnormal) and
+    # 1 / d overflows, so e_b = FLT_MAX and x * e_b = 4.0 -> code 4, not the nearest point 6 x d
+    x = np.array([[np.finfo(np.float32).tiny]], dtype=np.float32)
+    q = quantize(torch.from_numpy(x), "nvfp4", (1, 16))
+    d = block_decode_factors(q, x.shape)
+    assert float(q.dequantize()) == pytest.approx(4 * float(d[0, 0]), rel=1e-6)
+    assert_nearest_grid_point(x, q.dequantize().numpy(), d)
 
 
 @SETTINGS
