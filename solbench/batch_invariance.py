@@ -31,14 +31,11 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from solbench.quant.layers import QUANTIZED_LAYER_TYPES
+
 CPU_MIN_ROWS = 16
 CPU_ROW_MULTIPLE = 4
-
-
-def _row_padded_types() -> tuple[type, ...]:
-    from solbench.quant.layers import QuantLinear  # late: solbench.quant imports much of the harness
-
-    return (nn.Linear, QuantLinear)
+ROW_PADDED_TYPES = (nn.Linear, *QUANTIZED_LAYER_TYPES)  # row-wise layers: padding rows cannot change the others
 
 
 @contextmanager
@@ -52,11 +49,10 @@ def pad_linear_rows(min_rows: int = CPU_MIN_ROWS, multiple: int = CPU_ROW_MULTIP
     """
     if min_rows < 1 or multiple < 1:
         raise ValueError(f"pad_linear_rows: min_rows ({min_rows}) and multiple ({multiple}) must be >= 1")
-    types = _row_padded_types()
     pending: list[torch.Size | None] = []  # per open linear call: its input shape if padded
 
     def pad(module, args):
-        if not isinstance(module, types):
+        if not isinstance(module, ROW_PADDED_TYPES):
             return None
         x = args[0]
         k = x.shape[-1]
@@ -70,7 +66,7 @@ def pad_linear_rows(min_rows: int = CPU_MIN_ROWS, multiple: int = CPU_ROW_MULTIP
         return (torch.cat([x2d, x2d.new_zeros(target - rows, k)]), *args[1:])
 
     def unpad(module, args, output):
-        if not isinstance(module, types):
+        if not isinstance(module, ROW_PADDED_TYPES):
             return None
         shape = pending.pop()
         if shape is None:

@@ -222,6 +222,8 @@ class Engine:
 
     # -- model calls ----------------------------------------------------------------------------
     def encode(self, prompts: Sequence[str]) -> Cond:
+        # padded like velocity, which encodes CFG's empty prompt itself: a cached text then holds
+        # the same numbers whichever of the two encoded it first
         with self._row_invariant():
             return self.adapter.encode(prompts)
 
