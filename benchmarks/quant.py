@@ -18,17 +18,22 @@ On CPU nothing runs in FP4: the emulated backend computes the same numbers as a 
 GEMM (for fidelity studies) in fp32, so its forward can only be slower than fp32. FP4 speedups
 need the TransformerEngine backend on a Blackwell GPU.
 
-Usage: python benchmarks/quant.py [--repeats 7] [--size 4096] [--threads N] [--batch 64] [--wide-batch 16]
+3. One emulated low-precision linear layer 256x1024 @ 1024x1024 against fp32 F.linear, and the
+   tiny model's transformer forward in fp32, bf16 and as quantized copies (targets: W4A4 <= 1.5x fp32).
+
+Sections 1-3 print a "quiet" and a "loaded" column (--load): loaded runs one busy-loop process per
+core beside the timed calls (started and stopped by the script), the state of a shared node. Each
+cell is min / median over interleaved rounds; ratios use medians.
+
+Usage: python benchmarks/quant.py [--repeats 7] [--size 4096] [--threads N] [--load both|quiet|loaded]
+       [--sections quantize,linear,tiny,flux] [--batch 64] [--wide-batch 16]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
-import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, List
@@ -39,21 +44,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from solbench.quant import RECIPES, fake_quantize, quantize, quantized_copy, sync_weights  # noqa: E402
-from solbench.quant.layers import te_unavailable_reason  # noqa: E402
+from solbench.quant.layers import QuantLinear, te_unavailable_reason  # noqa: E402
+
+from _load import Timing, cpu_line, maybe_loaded, paired  # noqa: E402
 
 
 def interleaved_medians(candidates: Dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> Dict[str, float]:
     """Median seconds per candidate; every round runs each candidate once, in turn."""
-    for _ in range(warmup):
-        for fn in candidates.values():
-            fn()
-    times: Dict[str, List[float]] = {name: [] for name in candidates}
-    for _ in range(repeats):
-        for name, fn in candidates.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return {name: t.median for name, t in paired(candidates, repeats, warmup).items()}
+
+
+def both(candidates: Dict[str, Callable[[], object]], repeats: int, modes: List[str], warmup: int = 1) -> Dict[str, Dict[str, Timing]]:
+    """{mode: {name: Timing}} for mode in quiet / loaded (loaded: one busy-loop process per core)."""
+    out = {}
+    for mode in modes:
+        with maybe_loaded(mode == "loaded"):
+            out[mode] = paired(candidates, repeats, warmup)
+    return out
+
+
+def ms(t: Timing) -> str:
+    return f"{1e3 * t.min:.1f} / {1e3 * t.median:.1f}"
 
 
 def print_table(title: str, headers: List[str], rows: List[List[str]]) -> None:
@@ -83,43 +94,90 @@ def torchao_references(x: torch.Tensor):
     }
 
 
-def bench_quantizers(size: int, repeats: int) -> None:
+def bench_quantizers(size: int, repeats: int, modes: List[str], dtypes: List[torch.dtype]) -> None:
     rows = []
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in dtypes:
         x = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
         # round trips decode back to the input dtype, like the copy they are compared with
         ours = {
-            "nvfp4": lambda: quantize(x, "nvfp4").dequantize(),
             "nvfp4 quantize only": lambda: quantize(x, "nvfp4"),
+            "nvfp4": lambda: quantize(x, "nvfp4").dequantize(),
             "nvfp4 16x16": lambda: quantize(x, "nvfp4", (16, 16)).dequantize(),
             "nvfp4 fake_quantize": lambda: fake_quantize(x, "nvfp4"),
             "mxfp4": lambda: quantize(x, "mxfp4").dequantize(),
+            "mxfp4 fake_quantize": lambda: fake_quantize(x, "mxfp4"),
             "fp8": lambda: quantize(x, "fp8").dequantize(),
+            "fp8 fake_quantize": lambda: fake_quantize(x, "fp8"),
         }
         reference = torchao_references(x)
         candidates = {f"ours {k}": v for k, v in ours.items()}
         candidates.update({f"torchao {k}": v for k, v in reference.items()})
         candidates["copy"] = lambda: x.clone()
-        t = interleaved_medians(candidates, repeats)
-        floor = t["copy"]
-        elements = x.numel()
+        t = both(candidates, repeats, modes)
+        label = str(dtype).replace("torch.", "")
         for name in ours:
-            ref = t.get(f"torchao {name}")
-            rows.append([
-                f"{name} ({str(dtype).replace('torch.', '')})",
-                f"{1e3 * t['ours ' + name]:.1f}",
-                f"{elements / t['ours ' + name] / 1e6:.0f}",
-                f"{1e3 * ref:.1f}" if ref else "-",
-                f"{ref / t['ours ' + name]:.1f}x" if ref else "-",
-                f"{t['ours ' + name] / floor:.1f}x",
-            ])
-        rows.append([f"copy floor ({str(dtype).replace('torch.', '')})", f"{1e3 * floor:.1f}",
-                     f"{elements / floor / 1e6:.0f}", "-", "-", "1.0x"])
-    print_table(
-        f"Quantize + dequantize of a {size}x{size} tensor (median of {repeats})",
-        ["operation", "ours ms", "Melem/s", "torchao ms", "speedup vs torchao", "vs copy floor"],
-        rows,
-    )
+            row = [f"{name} ({label})"]
+            for mode in modes:
+                mine, floor, ref = t[mode]["ours " + name], t[mode]["copy"], t[mode].get(f"torchao {name}")
+                row += [ms(mine), f"{ref.median / mine.median:.1f}x" if ref else "-", f"{mine.median / floor.median:.1f}x"]
+            rows.append(row)
+        for ref_name in reference:
+            rows.append([f"torchao {ref_name} ({label})"] + sum(([ms(t[m][f"torchao {ref_name}"]), "1.0x", "-"] for m in modes), []))
+        rows.append([f"copy floor ({label})"] + sum(([ms(t[m]["copy"]), "-", "1.0x"] for m in modes), []))
+    headers = ["operation"] + sum(([f"{m} ms min / median", f"{m} speedup vs torchao", f"{m} vs copy"] for m in modes), [])
+    print_table(f"Quantize (+ dequantize) of a {size}x{size} tensor ({repeats} interleaved rounds; ratios of medians)",
+                headers, rows)
+
+
+def bench_linear(repeats: int, modes: List[str], rows_: int = 256, width: int = 1024) -> None:
+    """One emulated low-precision linear layer (activations fake-quantized every call) vs F.linear."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    linear = nn.Linear(width, width)
+    x = torch.randn(rows_, width)
+    recipes = ["nvfp4_w4a4", "mxfp4_w4a4", "fp8_w8a8"]
+    layers = {name: QuantLinear.from_linear(linear, RECIPES[name]) for name in recipes}
+    candidates = {"fp32": lambda: F.linear(x, linear.weight, linear.bias)}
+    for name, layer in layers.items():
+        candidates[name] = (lambda m: lambda: m(x))(layer)
+    with torch.no_grad():
+        t = both(candidates, repeats, modes, warmup=2)
+    rows = []
+    for name in ["fp32"] + recipes:
+        rows.append([name] + sum(([ms(t[m][name]), f"{t[m][name].median / t[m]['fp32'].median:.2f}x"] for m in modes), []))
+    print_table(f"Linear {rows_}x{width} @ {width}x{width} ({repeats} interleaved rounds; ratio of medians)",
+                ["precision"] + sum(([f"{m} ms min / median", f"{m} vs fp32"] for m in modes), []), rows)
+
+
+def bench_tiny(repeats: int, modes: List[str], batch: int) -> None:
+    """The tiny model's transformer forward (TinyT2I.velocity on prepared tensors) per precision."""
+    import copy
+
+    from solbench.models.tiny import load_tiny
+    from solbench.models.tiny_adapter import TinyAdapter
+
+    try:
+        model = load_tiny(pretrained=True)
+    except Exception:
+        model = load_tiny(pretrained=False)
+    adapter = TinyAdapter(model)
+    policy = adapter.transformer
+    nets = {"fp32": policy, "bf16": copy.deepcopy(policy).to(torch.bfloat16)}
+    for name in ("nvfp4_w4a4", "nvfp4_tiny"):
+        nets[name] = quantized_copy(policy, name)
+    cond = adapter.encode(["three red circles"] * batch)
+    x = torch.randn(batch, *adapter.latent_shape)
+    t = torch.full((batch,), 0.5)
+    candidates = {name: (lambda n: lambda: model.velocity(n, x, t, cond["tokens"], cond["pooled"]))(net)
+                  for name, net in nets.items()}
+    with torch.no_grad():
+        res = both(candidates, repeats, modes, warmup=2)
+    rows = [[name] + sum(([ms(res[m][name]), f"{res[m][name].median / res[m]['fp32'].median:.2f}x"] for m in modes), [])
+            for name in nets]
+    print_table(f"Tiny model forward, batch {batch} ({repeats} interleaved rounds; ratio of medians)",
+                ["precision"] + sum(([f"{m} ms min / median", f"{m} vs fp32"] for m in modes), []), rows)
 
 
 def embedded_flux(width: int = 128, heads: int = 4):
@@ -203,23 +261,34 @@ def bench_forward(batch: int, repeats: int, width: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=7, help="timed rounds per candidate (median reported)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed rounds per candidate (min and median reported)")
     parser.add_argument("--size", type=int, default=4096, help="side of the square tensor for section 1")
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="input dtypes of section 1")
     parser.add_argument("--batch", type=int, default=64, help="batch of the width-128 forward benchmark")
+    parser.add_argument("--tiny-batch", type=int, default=16, help="batch of the tiny-model forward benchmark")
     parser.add_argument("--wide-batch", type=int, default=16, help="batch of the width-512 forward benchmark")
-    parser.add_argument("--widths", type=int, nargs="+", default=[128, 512], help="model widths for section 2")
+    parser.add_argument("--widths", type=int, nargs="*", default=[128, 512], help="FLUX model widths for section 4")
+    parser.add_argument("--sections", default="quantize,linear,tiny,flux", help="which sections to run")
+    parser.add_argument("--load", choices=["both", "quiet", "loaded"], default="both",
+                        help="loaded: one busy-loop process per core runs beside the timed calls")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs "
-        f"({platform.processor() or platform.machine()}), load average {load:.1f} at start"
-    )
-    bench_quantizers(args.size, args.repeats)
-    for width in args.widths:
-        bench_forward(args.batch if width <= 128 else args.wide_batch, args.repeats, width)
+    modes = ["quiet", "loaded"] if args.load == "both" else [args.load]
+    sections = args.sections.split(",")
+    print(cpu_line())
+    print("'quiet' = nothing started by this script; the host may run other jobs (load average above). "
+          "'loaded' = plus one busy-loop process per core.")
+    if "quantize" in sections:
+        bench_quantizers(args.size, args.repeats, modes, [getattr(torch, d) for d in args.dtypes.split(",")])
+    if "linear" in sections:
+        bench_linear(args.repeats, modes)
+    if "tiny" in sections:
+        bench_tiny(args.repeats, modes, args.tiny_batch)
+    if "flux" in sections:
+        for width in args.widths:
+            bench_forward(args.batch if width <= 128 else args.wide_batch, args.repeats, width)
 
 
 if __name__ == "__main__":

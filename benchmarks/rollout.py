@@ -1,6 +1,6 @@
 """Rollout throughput of the tiny model through the engine: images/s, GFLOP/s, engine overhead.
 
-    .venv/bin/python benchmarks/rollout.py [--steps 10] [--repeats 3] [--batches 1,16,64] [--ghz 3.0]
+    .venv/bin/python benchmarks/rollout.py [--steps 10] [--repeats 3] [--batches 1,16,64] [--load both]
 
 For ODE (Euler) sampling at each batch size and precision (fp32, bf16, emulated NVFP4 W4A4 with the
 "nvfp4_tiny" recipe) it prints the best-of-repeats images/s, the achieved GFLOP/s (FLOPs from
@@ -18,34 +18,29 @@ measured "+7%" and "-4%" that way for the same code).
 regeneration (solbench.batch_invariance): the bare forward with and without it, interleaved. It is
 engine machinery too; the overhead column counts the time outside the forward.
 
-Peak: 2 cores x AVX-512 with two 512-bit FMA pipes (AMD Zen 5, Intel Xeon Sapphire Rapids) = 2 x 16
-lanes x 2 FLOP x 2 pipes = 64 FP32 FLOP per cycle per core, times the clock (--ghz; the VM does not
-report it).
-Timings on shared 2-core machines are noisy: compare ratios measured side by side.
+"% GEMM" is the achieved rate over an fp32 1024^3 GEMM's rate measured right before each repeat
+(paired: a GEMM rate read once at start-up drifted by 2x on a shared machine). No FLOP-per-cycle
+peak is assumed (Zen 4 does 32 FP32 FLOP/cycle, Zen 5 and Xeons with two 512-bit FMA pipes 64).
+
+--load both (default) times every row quiet and again with one busy-loop process per core running
+beside it (started and stopped by the script); "quiet" still shares the host with whatever else
+runs there. images/s is given as best / median over repeats; "bare fwd" and "engine fwd" are both
+medians of one forward (bare: prepared tensors; engine: the mean forward inside each engine.sample).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-
-def cpu_peak_gflops(cores: int, ghz: float, flop_per_cycle: int = 64) -> float:
-    return cores * ghz * flop_per_cycle
-
-
-def measured_gemm_gflops(n: int = 1024, repeats: int = 5) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t0)
-    return 2 * n**3 / min(times) / 1e9
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _load import cpu_line, gemm_gflops, maybe_loaded  # noqa: E402
 
 
 def main() -> None:
@@ -54,8 +49,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", default="1,16,64")
     parser.add_argument("--precisions", default="fp32,bf16,nvfp4")
-    parser.add_argument("--ghz", type=float, default=3.0, help="core clock for the peak (default 3.0)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--load", choices=["both", "quiet", "loaded"], default="both",
+                        help="loaded: one busy-loop process per core runs beside the timed calls")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -92,16 +88,19 @@ def main() -> None:
         "bf16": copy.deepcopy(policy).to(torch.bfloat16),
         "nvfp4": quantized_copy(policy, get_recipe("nvfp4_tiny")),
     }
-    peak = cpu_peak_gflops(args.threads, args.ghz)
-    gemm = measured_gemm_gflops()
+    modes = ["quiet", "loaded"] if args.load == "both" else [args.load]
     flops_per_image = adapter.flops_per_forward() * args.steps
     spec = SamplerSpec("euler", args.steps)
     prompts_pool = ["three red circles", "a blue square and a green circle", "two yellow squares", "a red square"]
 
-    table = Table(title=f"tiny model ({weights}), Euler {args.steps} steps, {args.threads} threads: "
-                        f"peak {peak:.0f} GFLOP/s at {args.ghz} GHz, measured fp32 GEMM {gemm:.0f} GFLOP/s")
-    for col in ("precision", "batch", "images/s", "GFLOP/s", "% peak", "% GEMM", "bare fwd ms", "engine fwd ms", "row padding",
-                "engine overhead"):
+    print(cpu_line())
+    table = Table(title=f"tiny model ({weights}), Euler {args.steps} steps, {args.threads} threads; "
+                        f"columns per load mode ({', '.join(modes)})")
+    cols = ["precision", "batch"]
+    for mode in modes:
+        cols += [f"images/s {mode} (best/med)", f"% GEMM {mode}"]
+    cols += ["GEMM GFLOP/s", "bare fwd ms", "engine fwd ms", "row padding", "engine overhead"]
+    for col in cols:
         table.add_column(col, justify="right")
     for precision in args.precisions.split(","):
         net = nets[precision]
@@ -111,15 +110,26 @@ def main() -> None:
             ids = [f"p{i}" for i in range(batch)]
             prompts = [prompts_pool[i % len(prompts_pool)] for i in range(batch)]
             engine.sample(ids, prompts, range(batch), net=role, sampler=spec, phase="rollout", stream="warm")
-            sample_times, overheads, engine_fwd = [], [], []
-            for r in range(args.repeats):
-                in_forward[0] = 0.0
-                t0 = time.perf_counter()
-                engine.sample(ids, prompts, range(batch), net=role, sampler=spec, phase="rollout", stream=f"b{r}")
-                elapsed = time.perf_counter() - t0
-                sample_times.append(elapsed)
-                overheads.append((elapsed - in_forward[0]) / elapsed)
-                engine_fwd.append(in_forward[0] / args.steps)
+            cells, quiet = [], {}
+            for mode in modes:
+                with maybe_loaded(mode == "loaded"):
+                    sample_times, overheads, engine_fwd, gemm_share, gemms = [], [], [], [], []
+                    for r in range(args.repeats):
+                        gemm = gemm_gflops()  # paired: the GEMM rate of this moment
+                        in_forward[0] = 0.0
+                        t0 = time.perf_counter()
+                        engine.sample(ids, prompts, range(batch), net=role, sampler=spec, phase="rollout", stream=f"b{r}")
+                        elapsed = time.perf_counter() - t0
+                        sample_times.append(elapsed)
+                        overheads.append((elapsed - in_forward[0]) / elapsed)
+                        engine_fwd.append(in_forward[0] / args.steps)
+                        gemms.append(gemm)
+                        gemm_share.append(flops_per_image * batch / elapsed / 1e9 / gemm)
+                best, med = min(sample_times), statistics.median(sample_times)
+                cells += [f"{batch / best:.1f}/{batch / med:.1f}", f"{100 * statistics.median(gemm_share):.1f}"]
+                if mode == modes[0]:
+                    quiet = dict(overhead=statistics.median(overheads), engine_fwd=statistics.median(engine_fwd),
+                                 gemm=statistics.median(gemms))
             # the bare forward: the same batch (padded as the engine pads it), prepared tensors
             padded = batch + (-batch) % engine.batch_multiple
             cond = adapter.encode([prompts[i % batch] for i in range(padded)])
@@ -136,21 +146,16 @@ def main() -> None:
                     with pad_linear_rows():
                         bare_velocity(net, x, t, cond["tokens"], cond["pooled"])
                     padded_times.append(time.perf_counter() - t0)
-            sample_s = min(sample_times)  # best of repeats: robust to other jobs on shared cores
-            fwd_s = min(fwd_times)
-            pad_cost = min(padded_times) / fwd_s - 1 if engine.pad_rows else 0.0
-            best = sample_times.index(sample_s)
-            overhead = sorted(overheads)[len(overheads) // 2]  # median over repeats
-            gflops = flops_per_image * batch / sample_s / 1e9
-            row = (precision, str(batch), f"{batch / sample_s:.1f}", f"{gflops:.1f}", f"{100 * gflops / peak:.1f}",
-                   f"{100 * gflops / gemm:.1f}", f"{1000 * fwd_s:.1f}", f"{1000 * engine_fwd[best]:.1f}", f"{100 * pad_cost:+.1f}%",
-                   f"{100 * overhead:.1f}%")
+            fwd_s = statistics.median(fwd_times)
+            pad_cost = statistics.median(p / f for p, f in zip(padded_times, fwd_times)) - 1 if engine.pad_rows else 0.0
+            row = (precision, str(batch), *cells, f"{quiet['gemm']:.0f}", f"{1000 * fwd_s:.1f}",
+                   f"{1000 * quiet['engine_fwd']:.1f}", f"{100 * pad_cost:+.1f}%", f"{100 * quiet['overhead']:.1f}%")
             table.add_row(*row)
             print("  ".join(row), flush=True)  # progress: slow precisions take minutes on 2 cores
     Console(width=140).print(table)
     print(f"FLOPs per image: {flops_per_image / 1e9:.3f} GFLOP ({args.steps} forwards of "
           f"{adapter.flops_per_forward() / 1e6:.1f} MFLOP). Engine overhead: median over repeats of the share "
-          "of engine.sample time outside the model forward.")
+          "of engine.sample time outside the model forward (first load mode).")
 
 
 if __name__ == "__main__":

@@ -20,11 +20,29 @@ Deviations from the reference:
 - The loss is A d directly; the reference wraps -d as a log-prob in a PPO ratio (clip 1) whose
   on-policy value is 1, which gives the same gradient.
 - d is the plain mean squared velocity error ("Uniform" weighting); the reference's configs use a
-  generalised-Huber weighting (power 0.25, times t). kl_beta defaults to 1e-3 (the reference's
-  configs use 3e-3 for GenEval/OCR and 1e-4 for PickScore).
+  generalised-Huber weighting (power 0.25, times t).
+- Defaults are the reference's GenEval config (config/dgx_awm.py geneval_sd3_no_cfg_*: noise_level
+  0.4, kl_beta 1e-3); its OCR config uses kl_beta 3e-3, its PickScore config noise_level 0 (a
+  deterministic SA-solver) and kl_beta 1e-4, which the real specs (PickScore prompts) set. All of
+  them: 14 steps, no CFG (guidance 1.0), one optimizer step per rollout (on-policy).
+- Guidance: every loss forward (v_theta, v_ref, v_slow) uses the rollout's resolved guidance, so a run
+  with guidance 1.0 never falls back to the model's CFG default.
 - The evaluation EMA (harness, decay 0.9 by default) is separate from the slow copy, as in the
   reference (its ema_decay 0.99 EMA vs its "ema" adapter).
 - NaN/inf losses stop the run.
+
+Cost (issue 17 reported 9.9 s per AWM iteration against 0.9-2.5 s for the other methods at the same
+group size). AWM does no extra work per rollout: one velocity per step and sample, no CFG, the same
+forwards as every on-policy method (the SDE's noise draws are negligible). Training costs
+``train_timesteps`` chunks (default 6) of one policy forward + backward and two no-grad forwards
+(reference, slow copy) over the whole group, which is linear in ``train_timesteps`` and below
+DiffusionNFT's per-iteration count. Profiled on the tiny model at the main job's sizes (16 samples,
+10 steps, LoRA rank 8; 2-core Xeon, shared): AWM 16.7 s vs DiffusionNFT 14.7 s per iteration, and
+interleaved rollouts of 16 images cost the same whichever sampler/role (awm_sde on the policy
+2.6-3.2 s, euler on the old view 2.2-3.1 s). Single AWM rollouts measured 2.9 s and 11.8 s minutes
+apart on that shared machine, so the reported gap is load from other processes (the OpenMP
+collapse issue 17 is about), not AWM; the adapter switches of its reference and slow-copy views
+are now skipped where redundant (solbench.policy.active_adapter).
 """
 
 from __future__ import annotations
@@ -83,6 +101,7 @@ class AWM(Method):
     axes = ("group_size",)
     nets = frozenset({"old", "reference"})  # "old" = the slow copy
     rollout_net = "policy"
+    tiny_config = {"group_size": 3, "train_timesteps": 2}  # one iteration on the tiny model in seconds
 
     def sampler_spec(self) -> SamplerSpec:
         noise = self.config.noise_level if self.config.sampler == "awm_sde" else 0.0
@@ -99,7 +118,8 @@ class AWM(Method):
         candidates = [Candidate(p, c, s, "full", float(r), True)
                       for p, c, s, r in zip(ids, cand, rollout.noise_seeds, rewards.tolist())]
         data = {"x0": rollout.x0.float(), "prompts": texts, "advantages": advantages.to(rollout.x0.device),
-                "sigmas": engine.adapter.sigmas(rollout.sampler.steps, rollout.sampler.shift).to(rollout.x0.device)}
+                "sigmas": engine.adapter.sigmas(rollout.sampler.steps, rollout.sampler.shift).to(rollout.x0.device),
+                "guidance": rollout.sampler.guidance}  # resolved: every loss forward uses the rollout's guidance
         logs = {"reward": float(rewards.mean()), "reward_all": float(rewards.mean()),
                 "reward_std": group_reward_std(rewards, ids)}
         return Batch(data=data, candidates=candidates, n_images=len(ids), logs=logs)
@@ -116,17 +136,18 @@ class AWM(Method):
                 eps = torch.randn(x0[sl].shape, generator=it.generator).to(x0.device)
                 yield Chunk(
                     data={"x0": x0[sl], "t": sigmas[indices[k]].expand(b).clone(), "eps": eps,
-                          "advantages": batch.data["advantages"][sl], "prompts": batch.data["prompts"][sl]},
+                          "advantages": batch.data["advantages"][sl], "prompts": batch.data["prompts"][sl],
+                          "guidance": batch.data["guidance"]},
                     micro_batch=mb, n_micro_batches=len(slices), weight=1.0 / cfg.train_timesteps)
 
     def loss(self, engine, chunk: Chunk) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.config
-        x0, t, eps = chunk.data["x0"], chunk.data["t"], chunk.data["eps"]
+        x0, t, eps, guidance = chunk.data["x0"], chunk.data["t"], chunk.data["eps"], chunk.data["guidance"]
         cond = engine.encode(chunk.data["prompts"])
         t_b = broadcast_time(t, x0)
         x_t = (1 - t_b) * x0 + t_b * eps
 
-        v = engine.velocity("policy", x_t, t, cond).float()
+        v = engine.velocity("policy", x_t, t, cond, guidance).float()
         matching = mean_dims((v - (eps - x0)) ** 2)
         adv = chunk.data["advantages"].clamp(-cfg.adv_clip, cfg.adv_clip) / cfg.adv_clip * cfg.advantage_max
         policy_loss = (adv * matching).mean()
@@ -134,11 +155,11 @@ class AWM(Method):
         loss = policy_loss
         logs = {"policy_loss": float(policy_loss.detach()), "matching": float(matching.detach().mean())}
         if cfg.kl_beta > 0:
-            kl = velocity_deviation(engine, "reference", v, x_t, t, cond)
+            kl = velocity_deviation(engine, "reference", v, x_t, t, cond, guidance)
             loss = loss + cfg.kl_beta * kl
             logs["kl"] = float(kl.detach())
         if cfg.slow_beta > 0:
-            kl_slow = velocity_deviation(engine, "old", v, x_t, t, cond)
+            kl_slow = velocity_deviation(engine, "old", v, x_t, t, cond, guidance)
             loss = loss + cfg.slow_beta * kl_slow
             logs["kl_slow"] = float(kl_slow.detach())
         return loss, logs

@@ -12,13 +12,16 @@ random int(timestep_fraction * (T - 1)) of its first T - 1 steps (the last step 
 PPO clipped surrogate, eps = 1e-4, and no KL.
 
 Deviations from the reference:
-- The log-prob recompute is solbench.sampling.step_log_prob (the rollout's arithmetic), so the
-  on-policy ratio is exactly 1; the reference's FLUX step drops the log-density's constant terms
-  by accident (a dangling line), which does not change the ratio.
-- The reference trains sample by sample (micro-batch 1) and steps the optimizer every
-  gradient_accumulation_steps samples; here ``micro_batch_size`` (None = whole batch) and the
-  harness's grad_accum decide. The reference defaults to full fine-tuning at lr 1e-5: set
-  finetune.mode = full in the experiment spec to match.
+- The log-prob recompute is solbench.sampling.step_log_prob (the rollout's arithmetic, with the
+  rollout's guidance), so the on-policy ratio is exactly 1 on CPU thanks to the engine's row padding
+  (solbench.batch_invariance; on GPU equal up to floating-point reordering). The reference's log-prob
+  keeps the Gaussian's constant terms (a dangling line that dropped them was fixed upstream in
+  2025-08); constants cancel in the ratio either way.
+- The reference trains sample by sample (train_batch_size 1) and steps the optimizer every
+  gradient_accumulation_steps = 4 samples per GPU, so all but the first samples of a rollout train
+  off-policy and the clip acts. Here ``finetune.optimizer_steps`` sets the steps per iteration (the
+  real specs: samples per rank / 4 = 18) and ``micro_batch_size`` is only a memory setting. The
+  reference fine-tunes all weights at lr 1e-5; the real specs use the paper's shared LoRA setting.
 - The SDE noise of step j is keyed by each candidate's own index, while the initial noise is the
   group's (engine noise_idx); NaN/inf losses stop the run.
 """
@@ -63,6 +66,7 @@ class DanceGRPO(Method):
     axes = ("group_size",)
     nets = frozenset()
     rollout_net = "policy"
+    tiny_config = {"group_size": 3, "clip_range": 0.2}  # one iteration on the tiny model in seconds
 
     def sampler_spec(self) -> SamplerSpec:
         return SamplerSpec("dance_sde", self.run.steps, noise_level=self.config.eta, guidance=self.run.guidance,

@@ -16,14 +16,20 @@ the loss is ``loss_scale * mean[r |x0+ - x0|^2 / w+ + (1 - r) |x0- - x0|^2 / w-]
 iteration the old policy moves toward the policy: theta_old <- d theta_old + (1 - d) theta,
 d = min(old_decay_rate * step, old_decay_max).
 
+Guidance: rollouts and every loss forward (v_old, v_theta, v_ref) use the rollout's resolved
+guidance; the references (NVlabs/DiffusionNFT, Sana configs/nft, configs/sol_rl) use 1.0 throughout
+(no CFG; on FLUX.1-dev the distilled guidance input is 1.0), which the real specs set.
+
 Deviations from the reference:
 - The NFT guidance strength and the KL weight are ``beta`` and ``kl_beta`` (the reference calls both
   beta, config.beta and config.train.beta).
 - The old-policy decay uses the iteration count; the reference counts optimizer steps, which is the
-  same with its one optimizer step per iteration (Sol-RL configs: grad_steps_per_epoch = 1).
+  same with its one optimizer step per iteration (Sol-RL configs: grad_steps_per_epoch = 1; the real
+  specs set finetune.optimizer_steps 1, so the micro-batch size does not add steps).
 - A NaN/inf loss stops the run (harness) instead of being multiplied by zero.
 - ``micro_batch_size`` None trains the whole batch as one micro-batch; the reference uses 16 samples
-  per forward and accumulates all of them into one optimizer step, which is the same update.
+  per forward and accumulates all of them into one optimizer step, which is the same update (with
+  finetune.optimizer_steps 1 for any micro-batch size).
 - Training timesteps: each sample trains on a random ``int(T * timestep_fraction)`` of the T
   rollout schedule points in random order (as the reference); here one chunk is "the k-th drawn
   timestep of every sample in the micro-batch", as in the reference's loop.
@@ -89,6 +95,7 @@ class DiffusionNFT(Method):
     axes = ("group_size",)
     nets = frozenset({"old", "reference"})
     rollout_net = "old"
+    tiny_config = {"group_size": 3}  # one iteration on the tiny model in seconds
 
     # -- rollout ------------------------------------------------------------------------------
     def rollout_spec(self, steps: int | None = None) -> SamplerSpec:
@@ -115,6 +122,7 @@ class DiffusionNFT(Method):
             "prompts": list(rollout.prompts),
             "advantages": advantages.to(rollout.x0.device),
             "sigmas": engine.adapter.sigmas(rollout.sampler.steps, rollout.sampler.shift).to(rollout.x0.device),
+            "guidance": rollout.sampler.guidance,  # resolved: every loss forward uses the rollout's guidance
         }
         logs = {"reward": float(rewards.mean()), "reward_all": reward_all,
                 "reward_std": group_reward_std(rewards, rollout.prompt_ids)}
@@ -135,19 +143,19 @@ class DiffusionNFT(Method):
                 eps = torch.randn(x0[sl].shape, generator=it.generator).to(x0.device)
                 yield Chunk(
                     data={"x0": x0[sl], "t": t, "eps": eps, "advantages": data["advantages"][sl],
-                          "prompts": data["prompts"][sl]},
+                          "prompts": data["prompts"][sl], "guidance": data["guidance"]},
                     micro_batch=mb, n_micro_batches=len(slices), weight=1.0 / n_train)
 
     def loss(self, engine, chunk: Chunk) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.config
-        x0, t, eps, adv = (chunk.data[k] for k in ("x0", "t", "eps", "advantages"))
+        x0, t, eps, adv, guidance = (chunk.data[k] for k in ("x0", "t", "eps", "advantages", "guidance"))
         cond = engine.encode(chunk.data["prompts"])
         t_b = broadcast_time(t, x0)
         x_t = (1 - t_b) * x0 + t_b * eps
 
         with torch.no_grad():
-            v_old = engine.velocity("old", x_t, t, cond).float()
-        v = engine.velocity("policy", x_t, t, cond).float()
+            v_old = engine.velocity("old", x_t, t, cond, guidance).float()
+        v = engine.velocity("policy", x_t, t, cond, guidance).float()
 
         r = (adv.clamp(-cfg.adv_clip, cfg.adv_clip) / (2 * cfg.adv_clip) + 0.5).clamp(0, 1)
         v_pos = cfg.beta * v + (1 - cfg.beta) * v_old
@@ -164,7 +172,7 @@ class DiffusionNFT(Method):
         loss = policy_loss
         logs = {"policy_loss": float(policy_loss.detach()), "old_deviation": float(((v.detach() - v_old) ** 2).mean())}
         if cfg.kl_beta > 0:
-            kl = velocity_deviation(engine, "reference", v, x_t, t, cond)
+            kl = velocity_deviation(engine, "reference", v, x_t, t, cond, guidance)
             loss = loss + cfg.kl_beta * kl
             logs["kl"] = float(kl.detach())
         return loss, logs

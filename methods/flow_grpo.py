@@ -20,14 +20,25 @@ the final sample that shrinks with the step count (a = 0.7, linear schedule, exa
 at 4 steps, 0.15 at 6, 0.08 at 10), and on a pixel-space model (the tiny one) 4-step rollouts are
 scored mostly on that noise (shapes_geneval 0.15 against 0.40 for Euler; 0.39 at 10 steps).
 
+Guidance: the rollouts and every loss forward (v_theta and v_ref) use the rollout's resolved guidance
+(``rollout.sampler.guidance``): CFG 4.5 on SD3.5 as the reference, distilled 3.5 on FLUX.1-dev.
+
+Optimizer steps: the reference steps twice per rollout batch (gradient_accumulation_steps =
+num_batches_per_epoch // 2), so the second half of the batch trains on samples of a policy one update
+old: its ratio differs from 1 and the clip acts. Here ``finetune.optimizer_steps`` of the run sets
+this (the real specs: 2); with one step per rollout every ratio is 1 and the clip never acts.
+
 Deviations from the reference:
-- The log-prob recompute is solbench.sampling.step_log_prob, the rollout's own arithmetic, so the
-  on-policy ratio is exactly 1.
+- The log-prob recompute is solbench.sampling.step_log_prob, the rollout's own arithmetic, with the
+  same padding of every network call, so the on-policy ratio is exactly 1 on CPU, where the engine
+  pads batches and linear-layer rows to row-invariant counts (solbench.batch_invariance). On GPU a
+  recompute in another micro-batch is equal up to floating-point reordering, as in the reference.
 - The reference pads the kept samples (A != 0) back up to a multiple of its per-GPU batch count
   with random zero-advantage samples; here the kept samples are simply trained (a zero-advantage
   sample adds only a KL gradient).
-- The reference steps the optimizer once per micro-batch through accelerate's accumulation over
-  timesteps; here a micro-batch's loss is its mean over trained timesteps (grad_accum applies on top).
+- The reference accumulates gradients over timesteps and micro-batches through accelerate; here a
+  micro-batch's loss is its mean over trained timesteps, and the micro-batches of one optimizer step
+  are averaged (finetune.optimizer_steps or grad_accum decide the steps).
 - The KL weight is ``kl_beta`` (the reference's train.beta); NaN/inf losses stop the run.
 """
 
@@ -80,6 +91,7 @@ class FlowGRPO(Method):
     axes = ("group_size",)
     nets = frozenset({"reference"})
     rollout_net = "policy"
+    tiny_config = {"group_size": 3, "clip_range": 0.2}  # one iteration on the tiny model in seconds
 
     def sampler_spec(self) -> SamplerSpec:
         return SamplerSpec(self.config.sampler, self.run.steps, noise_level=self.config.noise_level,

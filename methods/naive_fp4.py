@@ -29,6 +29,7 @@ class NaiveFP4(DiffusionNFT):
     Config = RolloutScalingConfig
     axes = ("n", "k", "selection")
     nets = frozenset({"old", "reference", "explore"})
+    tiny_config = {"n": 4, "k": 2}  # one iteration on the tiny model in seconds
 
     def collect(self, engine, prompt_ids, prompts, it: Iteration) -> Batch:
         cfg = self.config

@@ -44,6 +44,7 @@ class NaiveScaling(DiffusionNFT):
     name = "naive_scaling"
     Config = RolloutScalingConfig
     axes = ("n", "k", "selection")
+    tiny_config = {"n": 4, "k": 2}  # one iteration on the tiny model in seconds
 
     def collect(self, engine, prompt_ids, prompts, it: Iteration) -> Batch:
         cfg = self.config

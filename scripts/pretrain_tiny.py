@@ -51,6 +51,70 @@ def make_batch(seed: int, step: int, batch: int, caption_dropout: float):
     return images, captions, noise, t
 
 
+def load_weights(folder: Path) -> TinyT2I:
+    """A TinyT2I with the weights and config stored in `folder` (as save_tiny writes them)."""
+    from safetensors.torch import load_file
+
+    cfg = TinyT2IConfig.from_dict(json.loads((folder / f"{ASSET_NAME}.json").read_text()))
+    model = TinyT2I(cfg)
+    model.load_state_dict(load_file(str(folder / f"{ASSET_NAME}.safetensors")))
+    return model
+
+
+def block_linear_weights(model: TinyT2I) -> list[torch.Tensor]:
+    """The weights an NVFP4 recipe quantizes: Linear layers inside the transformer blocks, except proj_out.
+
+    These are the weights weight-noise training perturbs. Embedders, norm_out and the output
+    projections stay clean, as they stay in full precision in the nvfp4_tiny recipe.
+    """
+    out = []
+    for name, module in model.transformer.named_modules():
+        if isinstance(module, torch.nn.Linear) and "transformer_blocks." in name and not name.endswith("proj_out"):
+            out.append(module.weight)
+    return out
+
+
+class perturbed_weights:
+    """Context manager: multiply each weight by (1 + sigma * N(0, 1)) and restore it on exit.
+
+    Weight-noise training (Graves 2011; Hinton & van Camp 1993): the loss is taken at a random
+    point near the weights, so training prefers weights whose function survives small relative
+    perturbations of every element, which is what NVFP4's per-block rounding (5-15% relative
+    error per element) applies at explore time. Large pretrained models are robust to it without
+    help; a 2M-parameter model is not (docs/embedded-world.md). The noise is a pure function of
+    (seed, step), so a resumed run draws the same noise.
+    """
+
+    def __init__(self, weights: list[torch.Tensor], sigma: float, seed: int, step: int, *, nvfp4: bool = False):
+        self.weights, self.sigma, self.seed, self.step, self.nvfp4 = weights, sigma, seed, step, nvfp4
+        self.saved: list[torch.Tensor] = []
+
+    def __enter__(self):
+        if self.nvfp4:  # quantization-aware step: the explore copy's weight rounding instead of noise
+            from solbench.quant import fake_quantize
+
+            with torch.no_grad():
+                for w in self.weights:
+                    self.saved.append(w.detach().clone())
+                    w.copy_(fake_quantize(w.detach(), "nvfp4", (16, 16)))
+            return self
+        if self.sigma <= 0:
+            return self
+        gen = torch.Generator().manual_seed(int(np.random.default_rng([self.seed, self.step, 7]).integers(2**62)))
+        with torch.no_grad():
+            for w in self.weights:
+                self.saved.append(w.detach().clone())
+                w.mul_(1 + self.sigma * torch.randn(w.shape, generator=gen))
+        return self
+
+    def __exit__(self, *exc):
+        with torch.no_grad():
+            for w, clean in zip(self.weights, self.saved):
+                w.copy_(clean)
+        self.saved.clear()
+        return False
+
+
 def lr_factor(step: int, warmup: int, total: int, decay_fraction: float = 0.3, floor: float = 0.05) -> float:
     """Warm-up, stable, decay: linear warm-up, constant, then cosine to `floor` over the last 30%.
 
@@ -142,6 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval", action="store_true",
                    help="only evaluate the weights in --out on shapes/heldout and write tiny_t2i_eval.json")
     p.add_argument("--no-eval", action="store_true", help="skip the evaluation after training")
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="start from these weights (a folder holding tiny_t2i.safetensors/.json) instead of a "
+                        "random init: the second stage of the shipped model starts from the first")
+    p.add_argument("--weight-noise", type=float, default=0.0,
+                   help="multiplicative Gaussian noise (relative std) on the transformer blocks' Linear weights "
+                        "for each step's forward and backward (weight-noise training); 0 = off")
+    p.add_argument("--nvfp4-every", type=int, default=0,
+                   help="every K-th step runs its forward and backward with the quantized weights NVFP4-rounded "
+                        "(16x16 blocks, as the explore copy's), the gradient applied to the full-precision weights "
+                        "(straight-through); 0 = off")
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -149,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.eval:
         return write_evaluation(out_dir)
     torch.manual_seed(args.seed)
-    model = TinyT2I(TinyT2IConfig())
+    if args.init_from is not None:
+        model = load_weights(args.init_from)
+    else:
+        model = TinyT2I(TinyT2IConfig())
     model.train()
     ema = copy.deepcopy(model).eval().requires_grad_(False)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
@@ -166,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resumed at step {start}", flush=True)
 
     weights, config = out_dir / f"{ASSET_NAME}.safetensors", out_dir / f"{ASSET_NAME}.json"
+    init_meta = None
+    if args.init_from is not None:  # record the stage this one continues (its own training record)
+        previous = args.init_from / f"{ASSET_NAME}_train.json"
+        init_meta = json.loads(previous.read_text()) if previous.is_file() else str(args.init_from)
 
     def checkpoint(step: int, losses: list[float]) -> None:
         args.workdir.mkdir(parents=True, exist_ok=True)
@@ -176,11 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         save_tiny(ema, weights, config)
         meta = {"step": step, "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed,
-                "ema": args.ema, "caption_dropout": args.caption_dropout,
+                "ema": args.ema, "caption_dropout": args.caption_dropout, "warmup": args.warmup,
+                "weight_noise": args.weight_noise, "nvfp4_every": args.nvfp4_every, "init_from": init_meta, "threads": args.threads,
                 "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None}
         (out_dir / f"{ASSET_NAME}_train.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     params, ema_params = list(model.parameters()), list(ema.parameters())
+    noisy_weights = block_linear_weights(model) if (args.weight_noise > 0 or args.nvfp4_every > 0) else []
     losses: list[float] = []
     total = args.steps if not args.measure else start + args.measure + 3
     t0 = time.perf_counter()
@@ -190,14 +273,16 @@ def main(argv: list[str] | None = None) -> int:
         images, captions, noise, t = make_batch(args.seed, step, args.batch, args.caption_dropout)
         tt = t.view(-1, 1, 1, 1)
         x_t = (1 - tt) * images + tt * noise
-        tokens, pooled = model.encode(captions)
-        v = model.velocity(model.transformer, x_t, t, tokens, pooled)
-        loss = torch.nn.functional.mse_loss(v, noise - images)
-        if not torch.isfinite(loss):
-            print(f"non-finite loss at step {step}", file=sys.stderr)
-            return 1
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        nvfp4_step = args.nvfp4_every > 0 and step % args.nvfp4_every == args.nvfp4_every - 1
+        with perturbed_weights(noisy_weights, args.weight_noise, args.seed, step, nvfp4=nvfp4_step):
+            tokens, pooled = model.encode(captions)
+            v = model.velocity(model.transformer, x_t, t, tokens, pooled)
+            loss = torch.nn.functional.mse_loss(v, noise - images)
+            if not torch.isfinite(loss):
+                print(f"non-finite loss at step {step}", file=sys.stderr)
+                return 1
+            loss.backward()  # gradients at the perturbed point, applied to the clean weights
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()

@@ -6,3 +6,7 @@ checkpoints, results, launching, reports) owned by the harness. See docs/archite
 """
 
 __version__ = "0.1.0"
+
+from solbench import _logfilters
+
+_logfilters.install()  # torchao's import-time noise, which diffusers triggers (see solbench/_logfilters.py)

@@ -21,6 +21,16 @@ also pads whole batches to a multiple of 4 (solbench.engine.Engine) for the othe
 This is a CPU measure for the small models that run here. Large GEMMs with 2+ threads may split K
 by problem size, and GPUs give no such guarantee either: there a regenerated candidate has the same
 noise and the same computation, equal up to floating-point reordering.
+
+The large GEMMs (M = batch x tokens) are not padded, and their invariance is the BLAS kernel's.
+Intel MKL's AVX-512 kernels, which it runs on Intel CPUs, give a row the same bits for every row
+and thread count tried. MKL's AVX2 kernels, which it runs on AMD CPUs (``MKL_ENABLE_INSTRUCTIONS=AVX2``
+reproduces them on an Intel CPU), do not: rows agree only within GEMMs of at most 16 rows, so the
+same sample computed by a rank holding 4 samples (256 rows) and by one process holding 8 (512 rows)
+differs in the last bits (x0 in the 7th digit); norms, attention and elementwise ops are invariant
+there. Making those GEMMs invariant too (batched 16-row blocks) cost the large layers 1.3-3x on CPU here,
+so there the guarantee is scoped: ranks agree with one process up to float32 rounding. The tests
+probe which case a machine is (tests/_cpu.py) and assert bit-identity or that tolerance.
 """
 
 from __future__ import annotations

@@ -39,6 +39,10 @@ class FinetuneConfig:
     adam_betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0
     grad_accum: int = 1  # micro-batches accumulated per optimizer step, per rank (x world_size in all)
+    # optimizer steps per iteration (per rollout batch): the iteration's micro-batches split into this
+    # many consecutive groups, one step each, so later groups train off-policy (FlowGRPO SD3: 2,
+    # DanceGRPO: one per 4 samples); None = one step per grad_accum micro-batches. Needs grad_accum 1.
+    optimizer_steps: int | None = None
     ema_decay: float = 0.9  # EMA of trained weights used for evaluation
 
 
@@ -53,8 +57,25 @@ class QuantConfig:
 class SamplingConfig:
     steps: int = 10  # full rollout step budget
     shift: float | None = None  # sigma-schedule shift; None = the model's default
-    guidance: float | None = None  # CFG / distilled guidance scale; None = none
+    # CFG / distilled guidance scale of rollouts, every loss forward and eval; None = the model's default
+    # (SD3.5/SANA: CFG 4.5, FLUX.1-dev: distilled 3.5, tiny: none), 1.0 = no CFG (one forward per velocity)
+    guidance: float | None = None
     eval_steps: int = 10
+
+
+@dataclass
+class MicroBatchConfig:
+    """How many samples go through a network at once, per rank: a memory bound, not a result.
+
+    On CPU the results are bit-identical whatever these are (solbench.batch_invariance); on GPUs they
+    change only the summation order. None at expansion takes the model's default
+    (solbench.models.MICRO_BATCH_DEFAULTS: the tiny model runs whole batches, the real models sizes
+    that fit a B200 and an H100 at their native resolution, see docs/real-models.md).
+    """
+
+    rollout: int | None = None  # candidates per transformer call while sampling (Engine micro_batch)
+    reward: int | None = None  # images per reward-model call (training and evaluation rewards)
+    train: int | None = None  # samples per training forward/backward: the method's micro_batch_size
 
 
 @dataclass
@@ -83,6 +104,7 @@ class RunConfig:
     quant: QuantConfig = field(default_factory=QuantConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    micro_batch: MicroBatchConfig = field(default_factory=MicroBatchConfig)
     checkpoint_every: int = 1  # iterations between checkpoints (resume granularity)
     device: str = "auto"  # auto | cpu | cuda
     world_size: int = 1  # ranks per run (torch.distributed); part of the result, so hashed
@@ -95,7 +117,7 @@ class RunConfig:
         """Inverse of to_dict for stored spec.json files (trusted input: specs are validated earlier)."""
         kwargs = dict(data)
         for name, sub in (("model", ModelConfig), ("finetune", FinetuneConfig), ("quant", QuantConfig),
-                          ("sampling", SamplingConfig), ("eval", EvalConfig)):
+                          ("sampling", SamplingConfig), ("eval", EvalConfig), ("micro_batch", MicroBatchConfig)):
             if name in kwargs and isinstance(kwargs[name], dict):
                 sub_kwargs = dict(kwargs[name])
                 if name == "finetune" and "adam_betas" in sub_kwargs:

@@ -10,18 +10,24 @@ What is checked:
 - GPUs (``torch.cuda``): name, compute capability, the low-precision formats its tensor cores run
   natively (Blackwell sm_100/sm_103/sm_110/sm_120/sm_121: NVFP4, MXFP4, FP8, BF16; Hopper sm_90 and
   Ada sm_89: FP8, BF16; Ampere sm_8x: BF16), free memory.
-- Packages: torch (and its CUDA build), transformers, diffusers, and the ``gpu`` extra
-  (transformer-engine, importable only on a CUDA machine).
+- Packages: torch (and its CUDA build), transformers, diffusers, and transformer-engine: installed
+  (with TE's documented ``pip install --no-build-isolation`` command when not) and importing
+  ``transformer_engine.pytorch`` (the error when it does not).
 - Weights in the Hugging Face cache or a local directory, never downloading: the three real models
   (FLUX.1-dev, SD3.5-Large, SANA-1.5 1.6B) and the reward weights of solbench.rewards.real.
-- Memory: free GPU and host memory against a rough per-rank estimate for the spec's models.
+- Prompt files a spec names (train_prompts / eval.prompts as .txt/.jsonl paths).
+- Memory per rank, itemised for the largest run of each model (``memory_items``): weights per copy
+  (policy, LoRA and optimizer, explore copy at its format's bits, text encoders/VAE), reward models
+  (one instance each), the prompt cache, activations per phase at the spec's micro-batches and
+  resolution, and a fixed overhead; the sum against each GPU's free memory and against B200/H100.
 
-Memory estimates are deliberately rough (weights + explore copy + rewards + a headroom term for
-activations with gradient checkpointing); they catch "this cannot fit", not fine margins.
+The estimates are rough (+-20 %): they catch "this cannot fit" and show what each setting costs,
+not fine margins (docs/real-models.md, "Memory per rank").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
@@ -50,6 +56,7 @@ class Row:
     status: str  # ok | warn | fail | info
     detail: str
     fix: str = ""  # how to get what is missing (a command), if anything
+    gb: float | None = None  # memory rows: the amount itemised, GB (1e9 bytes) per rank
 
 
 # --------------------------------------------------------------------------------------------------
@@ -125,6 +132,22 @@ REFERENCE_REWARD_PACKAGES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# TransformerEngine's own instructions (docs.nvidia.com/deeplearning/transformer-engine, "pip - from
+# PyPI"): the PyTorch extension is a source distribution compiled against the installed torch, so it
+# needs --no-build-isolation, the CUDA toolkit (12.8+ for Blackwell) and cuDNN on the machine.
+TE_INSTALL = "pip install --no-build-isolation 'transformer_engine[pytorch]>=2.8'  (CUDA 12.8+, cuDNN 9.3+)"
+
+
+def te_import_error() -> str | None:
+    """None if ``transformer_engine.pytorch`` (and its recipes) import here, else why not."""
+    try:
+        importlib.import_module("transformer_engine.pytorch")
+        importlib.import_module("transformer_engine.common.recipe")
+    except Exception as err:  # TE raises all kinds of errors when cuDNN/CUDA libraries are missing
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[0][:120] if str(err).strip() else ''}"
+    return None
+
+
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -146,21 +169,19 @@ def check_packages(*, cuda_available: bool | None = None, need_te: bool = False)
         v = _version(dist) or _version(dist.replace("-", "_"))
         found = v is not None or importlib.util.find_spec(module) is not None
         if not found:
-            rows.append(Row("packages", dist, FAIL if need_te else WARN, f"not installed: {purpose}",
-                            "pip install -e '.[gpu]' (on a CUDA machine with cuDNN)"))
+            rows.append(Row("packages", dist, FAIL if need_te else WARN, f"not installed: {purpose}", TE_INSTALL))
             continue
-        if not cuda_available:
+        error = te_import_error()
+        if error is None:
+            rows.append(Row("packages", dist, OK, f"{v or 'installed'}, transformer_engine.pytorch imports ({purpose})"))
+        elif not cuda_available:
             rows.append(Row("packages", dist, FAIL if need_te else INFO,
-                            f"{v or 'installed'}; not importable without CUDA ({purpose})"))
-            continue
-        try:
-            importlib.import_module(module)
-        except Exception as err:  # TE raises all kinds of errors when cuDNN/CUDA libraries are missing
-            rows.append(Row("packages", dist, FAIL if need_te else WARN,
-                            f"{v or 'installed'} but import fails: {type(err).__name__}: {str(err)[:120]}",
-                            "reinstall transformer-engine matching the torch CUDA version; check cuDNN"))
+                            f"{v or 'installed'}; transformer_engine.pytorch does not import without CUDA: {error}"))
         else:
-            rows.append(Row("packages", dist, OK, f"{v or 'installed'}, importable ({purpose})"))
+            rows.append(Row("packages", dist, FAIL if need_te else WARN,
+                            f"{v or 'installed'} but transformer_engine.pytorch does not import: {error}",
+                            "reinstall against this torch and CUDA: pip uninstall -y transformer-engine "
+                            "transformer-engine-torch transformer-engine-cu12, then " + TE_INSTALL))
     for dist, module, purpose in REFERENCE_REWARD_PACKAGES:
         v = _version(dist)
         rows.append(Row("packages", dist, INFO, f"{v} ({purpose})" if v else f"not installed ({purpose}; not needed)"))
@@ -184,21 +205,49 @@ class ModelWeights:
     licence: str
     transformer_b: float  # parameters of the policy transformer, billions
     frozen_b: float  # text encoders + VAE, billions
-    activations_gb: float  # rough activation memory per rank with gradient checkpointing
+    # activation model (docs/real-models.md, "Memory per rank"): transformer blocks, hidden width,
+    # text tokens in the joint sequence, latent pixels per token side at the native resolution
+    blocks: int = 0
+    hidden: int = 0
+    text_tokens: int = 0
+    pixels_per_token: int = 16  # VAE downsampling x patch size
+    native_resolution: int = 1024
+    cfg: bool = False  # classifier-free guidance: two forwards per sample (rollouts and losses)
+    lora_params_per_rank_m: float = 0.0  # LoRA parameters per unit of rank on the default targets, millions
+    vae_decode_gb_1024: float = 1.5  # VAE decoder activation per image at 1024 px, bf16
 
 
 _PIPE = ("model_index.json", "transformer/config.json",
          "transformer/diffusion_pytorch_model.safetensors.index.json|transformer/diffusion_pytorch_model.safetensors",
          "vae/config.json")
 
+# FLUX: 19 double + 38 single blocks of width 3072, 512 T5 tokens joined to the image tokens, VAE /8
+# and 2x2 patches, guidance distilled (one forward). LoRA on to_q/k/v/to_out.0: 19 x 4 + 38 x 3 layers
+# of 3072 -> 3072, r (in + out) each. SD3.5-Large: 38 joint blocks of 2432, 77 CLIP + 256 T5 tokens, CFG;
+# LoRA on 38 x 4 layers. SANA 1.5 1.6B: 20 blocks of 2240 over image tokens only (DC-AE /32, patch 1),
+# 300 Gemma tokens by cross-attention, CFG; LoRA on 20 x 8 layers (self and cross attention).
 MODEL_WEIGHTS: dict[str, ModelWeights] = {
     "flux": ModelWeights("flux", "FLUX.1-dev", "black-forest-labs/FLUX.1-dev", _PIPE, True,
-                         "FLUX.1 [dev] Non-Commercial License (accept on the model page)", 11.9, 4.9, 16.0),
+                         "FLUX.1 [dev] Non-Commercial License (accept on the model page)", 11.9, 4.9,
+                         blocks=57, hidden=3072, text_tokens=512, pixels_per_token=16, cfg=False,
+                         lora_params_per_rank_m=190 * 6144 / 1e6, vae_decode_gb_1024=1.6),
     "sd3": ModelWeights("sd3", "SD3.5-Large", "stabilityai/stable-diffusion-3.5-large", _PIPE, True,
-                        "Stability AI Community License (accept on the model page)", 8.1, 5.6, 14.0),
+                        "Stability AI Community License (accept on the model page)", 8.1, 5.6,
+                        blocks=38, hidden=2432, text_tokens=333, pixels_per_token=16, cfg=True,
+                        lora_params_per_rank_m=152 * 4864 / 1e6, vae_decode_gb_1024=1.6),
     "sana": ModelWeights("sana", "SANA-1.5 1.6B", "Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers", _PIPE, False,
-                         "see the model card (NVIDIA, non-commercial)", 1.6, 2.9, 8.0),
+                         "see the model card (NVIDIA, non-commercial)", 1.6, 2.9,
+                         blocks=20, hidden=2240, text_tokens=0, pixels_per_token=32, cfg=True,
+                         lora_params_per_rank_m=160 * 4480 / 1e6, vae_decode_gb_1024=1.2),
 }
+# What the diffusers-layout runs never read: the single-file checkpoints (and SD3.5's duplicate
+# text encoders), 24 to 30 GB per model. The doctor's and the loaders' download commands exclude them.
+MODEL_DOWNLOAD_EXCLUDES: dict[str, tuple[str, ...]] = {
+    "black-forest-labs/FLUX.1-dev": ("flux1-dev.safetensors", "ae.safetensors"),
+    "stabilityai/stable-diffusion-3.5-large": ("sd3.5_large*.safetensors", "text_encoders/*"),
+}
+# GPUs the docs size the real specs for: usable memory, GB
+GPU_MEMORY_GB = {"B200": 180.0, "H100": 80.0}
 EMBEDDED_MODELS = ("tiny",)  # ship with solbench: nothing to download
 
 # Reward models: fp32 parameters, billions (for the memory estimate).
@@ -233,6 +282,11 @@ def _download_cmd(repo_id: str, include: Sequence[str] = ()) -> str:
     return download_command(repo_id, include)
 
 
+def model_download_command(repo_id: str) -> str:
+    """``hf download`` of a model repository without the files the diffusers layout never reads."""
+    return _download_cmd(repo_id) + "".join(f" --exclude '{p}'" for p in MODEL_DOWNLOAD_EXCLUDES.get(repo_id, ()))
+
+
 def check_model_weights(models: Mapping[str, str | None] | None = None, *, required: bool = False,
                         cache_dir: str | os.PathLike | None = None) -> list[Row]:
     """Rows for real models: ``models`` maps model name -> local path/repo override (None = default).
@@ -257,7 +311,7 @@ def check_model_weights(models: Mapping[str, str | None] | None = None, *, requi
             rows.append(Row("models", key, OK, f"{label}: present"))
         else:
             gate = " Gated: accept the licence on huggingface.co, then `hf auth login`." if mw.gated else ""
-            fix = f"{_download_cmd(mw.repo_id)}" if override is None or not Path(override).expanduser().is_dir() \
+            fix = model_download_command(mw.repo_id) if override is None or not Path(override).expanduser().is_dir() \
                 else f"complete the local directory {override}"
             rows.append(Row("models", key, FAIL if required else WARN,
                             f"{label}: missing {', '.join(missing[:2])}{'...' if len(missing) > 2 else ''}.{gate}", fix))
@@ -304,6 +358,36 @@ class SpecNeeds:
     gpu: bool = False  # some run needs CUDA (device cuda, a real model or a native backend)
     world_size: int = 1
     notes: list[str] = field(default_factory=list)
+    # what the memory estimate needs, worst case over the spec's runs
+    micro_batch: dict[str, int | None] = field(default_factory=dict)  # rollout/reward/train, per rank
+    explore: bool = False  # some run keeps a low-precision explore copy (Sol-RL, naive FP4)
+    cpu_offload: bool = True  # False if some run keeps the text encoders and VAE on the GPU
+    gradient_checkpointing: bool = True  # False if some run trains without it
+    full_finetune: bool = False
+    lora_rank: int = 0
+    resolution: dict[str, int | None] = field(default_factory=dict)  # model -> model.resolution
+    prompt_files: set[str] = field(default_factory=set)  # train_prompts / eval.prompts given as files
+    profiles: list["MemoryProfile"] = field(default_factory=list)  # one per distinct run shape
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """What one run's GPU memory depends on (solbench.doctor.memory_items)."""
+
+    model: str
+    resolution: int | None = None  # None = the model's native resolution
+    rollout: int = 1  # micro-batches per rank
+    reward: int = 1
+    train: int = 1
+    explore: bool = False
+    formats: frozenset = frozenset()
+    cpu_offload: bool = False
+    gradient_checkpointing: bool = True
+    full_finetune: bool = False
+    lora_rank: int = 32
+    rewards: frozenset = frozenset()
+    cfg: bool | None = None  # two forwards per sample (CFG); None = the model's default guidance
+    label: str = ""  # which run(s): "sol_rl", ...
 
 
 def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
@@ -322,6 +406,71 @@ def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
     needs.world_size = max(needs.world_size, int(run.get("world_size", 1) or 1))
     if run.get("device") == "cuda" or name not in EMBEDDED_MODELS or needs.native:
         needs.gpu = True
+    from solbench.models import MICRO_BATCH_DEFAULTS, native_resolution
+
+    res = model.get("resolution") or native_resolution(name)
+    needs.resolution[name] = max(needs.resolution.get(name) or 0, res or 0) or None  # the largest run
+    needs.cpu_offload = needs.cpu_offload and bool(model.get("cpu_offload", False))
+    needs.gradient_checkpointing = needs.gradient_checkpointing and bool(model.get("gradient_checkpointing", False))
+    finetune = run.get("finetune") or {}
+    needs.full_finetune = needs.full_finetune or finetune.get("mode") == "full"
+    needs.lora_rank = max(needs.lora_rank, int(finetune.get("lora_rank", 32) or 0))
+    mc = run.get("method_config") or {}
+    micro = dict(run.get("micro_batch") or {})
+    micro.setdefault("train", mc.get("micro_batch_size"))
+    if micro.get("train") is None:
+        micro["train"] = mc.get("micro_batch_size")
+    for key in ("rollout", "reward", "train"):
+        value = micro.get(key)
+        if value is None:  # the model's default, or the whole per-rank batch
+            value = MICRO_BATCH_DEFAULTS.get(name, {}).get(key) or _whole_batch(run, key)
+        needs.micro_batch[key] = max(needs.micro_batch.get(key) or 0, int(value))
+    method = run.get("method")
+    explore = True
+    if method:
+        try:
+            from solbench.method import get_method
+
+            explore = "explore" in get_method(method).nets
+        except Exception:  # an unknown method: assume the worst
+            explore = True
+    needs.explore = needs.explore or explore
+    if name in MODEL_WEIGHTS:
+        rewards = set((run.get("rewards") or {}).keys()) | set((run.get("eval") or {}).get("rewards") or [])
+        profile = MemoryProfile(
+            model=name, resolution=res, explore=explore, formats=frozenset([fmt] if fmt else []),
+            rollout=int(micro.get("rollout") or MICRO_BATCH_DEFAULTS.get(name, {}).get("rollout") or _whole_batch(run, "rollout")),
+            reward=int(micro.get("reward") or MICRO_BATCH_DEFAULTS.get(name, {}).get("reward") or _whole_batch(run, "reward")),
+            train=int(micro.get("train") or MICRO_BATCH_DEFAULTS.get(name, {}).get("train") or _whole_batch(run, "train")),
+            cpu_offload=bool(model.get("cpu_offload", False)),
+            gradient_checkpointing=bool(model.get("gradient_checkpointing", False)),
+            full_finetune=finetune.get("mode") == "full", lora_rank=int(finetune.get("lora_rank", 32) or 32),
+            rewards=frozenset(rewards), cfg=_runs_cfg(name, (run.get("sampling") or {}).get("guidance")),
+            label=str(method or ""))
+        same = next((p for p in needs.profiles if dataclasses.replace(p, label="") == dataclasses.replace(profile, label="")), None)
+        if same is None:
+            needs.profiles.append(profile)
+        elif profile.label and profile.label not in same.label.split(", "):
+            needs.profiles[needs.profiles.index(same)] = dataclasses.replace(same, label=f"{same.label}, {profile.label}")
+    from solbench.spec import is_prompt_path
+
+    for key in ("train_prompts",):
+        if run.get(key) and is_prompt_path(str(run[key])):
+            needs.prompt_files.add(str(run[key]))
+    eval_prompts = (run.get("eval") or {}).get("prompts")
+    if eval_prompts and is_prompt_path(str(eval_prompts)):
+        needs.prompt_files.add(str(eval_prompts))
+
+
+def _whole_batch(run: Mapping[str, Any], key: str) -> int:
+    """Samples per rank one phase handles at once when its micro-batch is unset."""
+    mc = run.get("method_config") or {}
+    ranks = max(1, int(run.get("world_size", 1) or 1))
+    prompts = max(1, int(run.get("prompts_per_iter", 1) or 1) // ranks)
+    per_prompt = mc.get("n") or mc.get("group_size") or 1
+    if key == "train":
+        per_prompt = mc.get("k") or mc.get("group_size") or 1
+    return prompts * int(per_prompt)
 
 
 def spec_needs(path: str | os.PathLike) -> SpecNeeds:
@@ -392,24 +541,121 @@ def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _bits(formats: set[str]) -> float:
+    """Bits per weight of the explore copy's quantized layers, scales included."""
+    if formats & {"NVFP4"}:
+        return 4.5  # 4-bit values + an E4M3 scale per 16
+    if formats & {"MXFP4"}:
+        return 4.25  # 4-bit values + an E8M0 scale per 32
+    if "FP8" in formats:
+        return 8.0
+    return 16.0
+
+
+def profile_from_needs(needs: SpecNeeds, model: str) -> MemoryProfile:
+    """A profile from a SpecNeeds' worst-case fields (for needs built without per-run profiles)."""
+    mb = needs.micro_batch
+    return MemoryProfile(model=model, resolution=needs.resolution.get(model), rollout=mb.get("rollout") or 1,
+                         reward=mb.get("reward") or 1, train=mb.get("train") or 1,
+                         explore=needs.explore or bool(needs.formats), formats=frozenset(needs.formats),
+                         cpu_offload=needs.cpu_offload if needs.profiles or needs.micro_batch else False,
+                         gradient_checkpointing=needs.gradient_checkpointing, full_finetune=needs.full_finetune,
+                         lora_rank=needs.lora_rank or 32, rewards=frozenset(needs.rewards))
+
+
+def _runs_cfg(model: str, guidance) -> bool | None:
+    """Whether a run of ``model`` with ``sampling.guidance`` runs two forwards per sample (as
+    ModelAdapter.velocity decides: CFG models at a scale other than 1.0; None takes the model's default)."""
+    if guidance is None or model not in MODEL_WEIGHTS:
+        return None
+    return MODEL_WEIGHTS[model].cfg and float(guidance) != 1.0
+
+
+def worst_profile(needs: SpecNeeds, model: str) -> MemoryProfile:
+    """The run of ``model`` in the spec that needs the most GPU memory per rank."""
+    profiles = [p for p in needs.profiles if p.model == model] or [profile_from_needs(needs, model)]
+    return max(profiles, key=lambda p: estimate_total_gb(memory_items(p)))
+
+
+def memory_items(profile: MemoryProfile | SpecNeeds, model: str | None = None) -> list[tuple[str, float]]:
+    """(item, GB per rank) for one run shape: weights per copy, reward models, caches, activations at
+    its micro-batches, and allocator headroom. Rough (+-20 %), but every term the run allocates is here;
+    docs/real-models.md, "Memory per rank", derives each. (A SpecNeeds and a model name: its worst run.)
+
+    Phases run one after another, so only the largest activation term counts toward the total
+    (``estimate_total_gb``); the other activation rows are listed for reference.
+    """
+    if isinstance(profile, SpecNeeds):
+        profile = worst_profile(profile, model)
+    p = profile
+    mw = MODEL_WEIGHTS[p.model]
+    res = p.resolution or mw.native_resolution
+    side = res // mw.pixels_per_token
+    tokens = side * side + mw.text_tokens
+    cfg = 2 if (mw.cfg if p.cfg is None else p.cfg) else 1
+    # one block's live activations per sample, bf16: residual, q/k/v, the 4x MLP, projections (~10 widths)
+    block_gb = tokens * mw.hidden * 10 * 2 / 1e9
+    items: list[tuple[str, float]] = []
+    items.append(("weights/policy: policy transformer (bf16, shared by every full-precision role)", mw.transformer_b * 2))
+    if p.full_finetune:
+        items.append(("weights/full_finetune: full fine-tuning grads + AdamW states (bf16) and old/ema/reference copies",
+                      mw.transformer_b * 2 * 6))
+    else:
+        lora_m = mw.lora_params_per_rank_m * p.lora_rank
+        # policy, old and ema adapters in fp32, the policy's grads and two AdamW moments
+        items.append((f"weights/lora: LoRA r={p.lora_rank} adapters x3 + grads + AdamW (fp32)", lora_m * 1e6 * 4 * 6 / 1e9))
+    if p.explore:
+        bits = _bits(set(p.formats))
+        label = next(iter(sorted(p.formats)), "bf16") if bits < 16 else "bf16"
+        items.append((f"weights/explore_copy: explore copy ({label} quantized linears; the rest shared with the policy)",
+                      mw.transformer_b * 0.98 * bits / 8))
+    frozen = mw.frozen_b * 2
+    items.append(("weights/frozen: text encoders + VAE (bf16)" + (", offloaded to host" if p.cpu_offload else ""),
+                  0.0 if p.cpu_offload else frozen))
+    named = sorted(r for r in p.rewards if r in REWARD_PARAMS_B)
+    items.append((f"weights/rewards: {', '.join(named) or 'none'} (fp32, one instance each, shared by training and eval)",
+                  sum(REWARD_PARAMS_B[r] * 4 for r in named)))
+    items.append(("caches/prompt_embeddings: prompt embeddings (host memory, LRU; 0 on the GPU)", 0.0))
+    items.append((f"activations/rollout: rollout, {p.rollout} samples x {cfg} forward(s) at {res} px", p.rollout * cfg * block_gb))
+    items.append((f"activations/decode: VAE decode, 8 images at {res} px", 8 * mw.vae_decode_gb_1024 * (res / 1024) ** 2))
+    items.append((f"activations/reward: reward, {p.reward} images (fp32 ViT)", p.reward * 0.06))
+    per_sample = ((mw.blocks * tokens * mw.hidden * 2 / 1e9 + 3 * block_gb) if p.gradient_checkpointing
+                  else mw.blocks * block_gb * 1.5)
+    items.append((f"activations/train: training, {p.train} samples x {cfg} forward(s), "
+                  + ("gradient checkpointing" if p.gradient_checkpointing else "no gradient checkpointing"),
+                  p.train * cfg * per_sample))
+    if p.cpu_offload:
+        items.append(("activations/offload: text encoders + VAE on the GPU while they run (cpu_offload)", frozen))
+    items.append(("overhead/cuda: CUDA context, cuBLAS/TE workspaces, allocator fragmentation", 4.0))
+    return [(name, round(gb, 1)) for name, gb in items]
+
+
+def estimate_total_gb(items: Sequence[tuple[str, float]]) -> float:
+    """Sum of the items, counting only the largest activation phase (phases do not overlap)."""
+    acts = [gb for name, gb in items if name.startswith("activations/")]
+    rest = sum(gb for name, gb in items if not name.startswith("activations/"))
+    return round(rest + max(acts, default=0.0), 1)
+
+
 def estimate_gpu_gb(needs: SpecNeeds) -> float:
-    """Rough GPU memory one rank needs: bf16 model + explore copy + fp32 rewards + activations."""
-    total = 0.0
-    for name in needs.models:
-        mw = MODEL_WEIGHTS.get(name)
-        if mw is None:
-            continue
-        bits = 4.5 if needs.formats & {"NVFP4", "MXFP4"} else 8.5 if "FP8" in needs.formats else 0.0
-        model_gb = (mw.transformer_b + mw.frozen_b) * 2 + mw.transformer_b * bits / 8 + mw.activations_gb
-        total = max(total, model_gb)  # runs of different models do not share a process
-    rewards_gb = sum(REWARD_PARAMS_B.get(r, 0.0) * 4 for r in needs.rewards)
-    return round(total + rewards_gb, 1) if total else round(rewards_gb, 1)
+    """GPU memory one rank needs (GB): the worst of the spec's real models, itemised by memory_items."""
+    totals = [estimate_total_gb(memory_items(worst_profile(needs, m))) for m in needs.models if m in MODEL_WEIGHTS]
+    if totals:
+        return max(totals)
+    return round(sum(REWARD_PARAMS_B.get(r, 0.0) * 4 for r in needs.rewards), 1)
 
 
 def estimate_host_gb(needs: SpecNeeds, ranks_per_node: int = 1) -> float:
-    """Rough host memory per node: every rank stages its bf16 weights once while loading."""
-    per_rank = max(((mw.transformer_b + mw.frozen_b) * 2 for k, mw in MODEL_WEIGHTS.items() if k in needs.models),
-                   default=0.0)
+    """Rough host memory per node: every rank stages its bf16 weights once while loading, keeps the
+    offloaded encoders and the prompt-embedding cache (LRU, solbench.models.base) in host memory."""
+    from solbench.models.base import ModelAdapter
+
+    per_rank = 0.0
+    for key, mw in MODEL_WEIGHTS.items():
+        if key not in needs.models:
+            continue
+        prompt_mb = max(mw.text_tokens, 300) * 4096 * 4 / 1e6  # float32 embeddings of one prompt (T5/Gemma width)
+        per_rank = max(per_rank, (mw.transformer_b + mw.frozen_b) * 2 + ModelAdapter.cond_cache_size * prompt_mb / 1e3)
     per_rank += sum(REWARD_PARAMS_B.get(r, 0.0) * 4 for r in needs.rewards)
     per_rank += 2.0  # interpreter, torch, CUDA context staging, data
     return round(per_rank * max(1, ranks_per_node), 1)
@@ -432,7 +678,8 @@ def _host_memory() -> tuple[float, float] | None:
 
 
 def check_memory(needs: SpecNeeds | None = None, cuda: Any = None, host: tuple[float, float] | None = None) -> list[Row]:
-    """Free GPU memory (per device) and host memory against the spec's rough needs."""
+    """Memory per rank, itemised (weights per copy, rewards, caches, activations at the spec's
+    micro-batches), the sum against each GPU's free memory and against B200/H100, and host memory."""
     if cuda is None:
         import torch
 
@@ -440,20 +687,38 @@ def check_memory(needs: SpecNeeds | None = None, cuda: Any = None, host: tuple[f
     host = host if host is not None else _host_memory()
     rows = []
     gpu_need = estimate_gpu_gb(needs) if needs else 0.0
+    if needs:
+        for model in sorted(m for m in needs.models if m in MODEL_WEIGHTS):
+            profile = worst_profile(needs, model)
+            items = memory_items(profile)
+            if profile.label:
+                rows.append(Row("memory", f"{model}/largest_run", INFO,
+                                f"{profile.label} at {profile.resolution or MODEL_WEIGHTS[model].native_resolution} px"))
+            for name, gb in items:
+                key, label = name.split(": ", 1)
+                rows.append(Row("memory", f"{model}/{key}", INFO, f"{gb:.1f} GB, {label}", gb=gb))
+            total = estimate_total_gb(items)
+            # Hopper runs no FP4: there the explore copy would be FP8 (quant recipe fp8_w8a8)
+            h100 = (estimate_total_gb(memory_items(dataclasses.replace(profile, formats=frozenset({"FP8"}))))
+                    if profile.explore and profile.formats & {"NVFP4", "MXFP4"} else total)
+            fits = ", ".join(
+                f"{gpu} ({cap:.0f} GB{', FP8 explore copy: %.1f GB' % need if need != total else ''}) "
+                f"{'fits' if need <= cap * 0.95 else 'does NOT fit'}"
+                for gpu, cap, need in (("B200", GPU_MEMORY_GB["B200"], total), ("H100", GPU_MEMORY_GB["H100"], h100)))
+            rows.append(Row("memory", f"{model}/total", INFO,
+                            f"{total:.1f} GB (largest activation phase only); {fits}", gb=total))
     if cuda.is_available():
         for i in range(cuda.device_count()):
-            free, total = (_gib(x) for x in cuda.mem_get_info(i))
+            free, total = (_gib(x) * 2**30 / 1e9 for x in cuda.mem_get_info(i))
             if needs and gpu_need:
                 status = OK if free >= gpu_need else FAIL
-                fix = "" if status == OK else ("free the GPU, or set model.gradient_checkpointing / model.cpu_offload, "
-                                               "or use a GPU with more memory")
+                fix = "" if status == OK else ("free the GPU, or lower micro_batch.*, set model.cpu_offload, "
+                                               "or use a GPU with more memory (docs/real-models.md)")
                 rows.append(Row("memory", f"cuda:{i}", status,
-                                f"{free:.0f} GiB free of {total:.0f}; spec needs ~{gpu_need:.0f} GiB per rank", fix))
+                                f"{free:.0f} GB free of {total:.0f}; spec needs ~{gpu_need:.0f} GB per rank", fix))
             else:
-                rows.append(Row("memory", f"cuda:{i}", INFO, f"{free:.0f} GiB free of {total:.0f}"))
-    elif needs and needs.gpu:
-        rows.append(Row("memory", "GPU", FAIL, f"spec needs a CUDA GPU (~{gpu_need:.0f} GiB per rank); none here",
-                        "run on a GPU node (launch profile with gpus_per_node)"))
+                rows.append(Row("memory", f"cuda:{i}", INFO, f"{free:.0f} GB free of {total:.0f}"))
+    # without a GPU the gpu section already says so (once); nothing more to compare here
     if host is not None:
         avail, total = host
         if needs:
@@ -461,9 +726,26 @@ def check_memory(needs: SpecNeeds | None = None, cuda: Any = None, host: tuple[f
             host_need = estimate_host_gb(needs, ranks)
             status = OK if avail >= host_need else WARN
             rows.append(Row("memory", "host", status,
-                            f"{avail:.0f} GiB available of {total:.0f}; ~{host_need:.0f} GiB to load {ranks} rank(s)"))
+                            f"{avail:.0f} GiB available of {total:.0f}; ~{host_need:.0f} GB to load {ranks} rank(s)"))
         else:
             rows.append(Row("memory", "host", INFO, f"{avail:.0f} GiB available of {total:.0f}"))
+    return rows
+
+
+def check_prompt_files(needs: SpecNeeds) -> list[Row]:
+    """The spec's prompt files (train_prompts, eval.prompts given as .txt/.jsonl paths) exist and read."""
+    rows = []
+    for name in sorted(needs.prompt_files):
+        try:
+            from solbench.world.prompts import load_prompt_set
+
+            prompts = load_prompt_set(name)
+        except Exception as err:  # missing file, not UTF-8, bad .jsonl line, LFS pointer...
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            rows.append(Row("prompts", name, FAIL, first[:200],
+                            "see docs/real-models.md, 'Prompt sets' (paths are relative to the working directory)"))
+        else:
+            rows.append(Row("prompts", name, OK, f"{len(prompts)} prompts"))
     return rows
 
 
@@ -518,6 +800,7 @@ def run_checks(spec: str | os.PathLike | None = None, *, cuda: Any = None,
         rows += check_memory(None, cuda)
     else:
         rows += check_spec(needs, cuda)
+        rows += check_prompt_files(needs)
         rows += check_model_weights(needs.models, required=True, cache_dir=cache_dir)
         rows += check_reward_weights(sorted(needs.rewards), required=True, cache_dir=cache_dir)
         rows += check_memory(needs, cuda)

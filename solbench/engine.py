@@ -16,7 +16,9 @@ Noise: the initial noise of candidate (prompt id, index) is solbench.noise.candi
 ``stream``; the per-step noise of stochastic samplers is keyed by the candidate (not by its initial
 noise, so DanceGRPO's group with one shared initial noise still gets independent SDE noise) in
 stream ``<stream>/sde``. A candidate therefore comes out the same on any batch size, order or rank,
-and a seed explored in FP4 regenerates exactly in full precision.
+and a seed explored in FP4 regenerates exactly in full precision. (At full precision bit for bit on
+CPU; an explore copy whose activations have a per-tensor scale, NVFP4's global amax as in TE, also
+depends slightly on which candidates share its GEMM.)
 
 Several ranks (solbench.distributed): every rank makes the same ``sample`` call with the global list
 of samples and computes its shard; latents and trajectories are gathered so every rank holds the
@@ -167,6 +169,8 @@ class Engine:
             ``.name``); recorded in the dtype label of explore rollouts.
         micro_batch: sample at most this many candidates per network call (memory bound on real
             models); None = the whole request at once.
+        reward_micro_batch: score at most this many images per reward call (RunConfig.micro_batch.reward);
+            None = all the images a rank holds at once.
         batch_multiple: every network call is padded (with copies of its last row, dropped after)
             to a multiple of this many rows; default 4 on CPU, 1 elsewhere.
         pad_rows: compute every linear layer on a row count CPU GEMMs are row-invariant for
@@ -178,7 +182,8 @@ class Engine:
     def __init__(self, adapter: ModelAdapter, nets: Mapping[str, nn.Module], rewards, timer: PhaseTimer,
                  run_seed: int, device: torch.device | str = "cpu", explore_recipe=None,
                  micro_batch: int | None = None, batch_multiple: int | None = None,
-                 pad_rows: bool | None = None, dist: DistContext = SINGLE) -> None:
+                 pad_rows: bool | None = None, dist: DistContext = SINGLE,
+                 reward_micro_batch: int | None = None) -> None:
         self.adapter = adapter
         self.nets = nets
         self.rewards = rewards
@@ -189,6 +194,9 @@ class Engine:
         if micro_batch is not None and micro_batch < 1:
             raise ConfigError(f"Engine micro_batch must be >= 1, got {micro_batch}")
         self.micro_batch = micro_batch
+        if reward_micro_batch is not None and reward_micro_batch < 1:
+            raise ConfigError(f"Engine reward_micro_batch must be >= 1, got {reward_micro_batch}")
+        self.reward_micro_batch = reward_micro_batch
         if batch_multiple is None:
             batch_multiple = 4 if self.device.type == "cpu" else 1
         if batch_multiple < 1:
@@ -343,8 +351,8 @@ class Engine:
         """
         rows = list(range(len(rollout))) if rollout.image_rows is None else rollout.image_rows
         held_prompts = [rollout.prompts[i] for i in rows]
-        out = reward_fn(rollout.images, held_prompts) if rows or not self.dist.enabled else None
-        total, parts = (out if isinstance(out, tuple) else (out, {})) if out is not None else (None, {})
+        total, parts = (self._score_chunks(reward_fn, rollout.images, held_prompts)
+                        if rows or not self.dist.enabled else (None, {}))
         if not self.dist.enabled:
             return total, dict(parts)
         shards = self.dist.gather_objects((rows, None if total is None else total.detach().cpu(),
@@ -366,6 +374,21 @@ class Engine:
             raise RuntimeError(f"score: the ranks hold images of {covered} of {n} samples; every sample must be "
                                "held by exactly one rank")
         return full_total, full_parts
+
+    def _score_chunks(self, reward_fn, images: Tensor, prompts: list[str]) -> tuple[Tensor, dict[str, Tensor]]:
+        """``reward_fn`` over chunks of ``reward_micro_batch`` images, concatenated (total, parts)."""
+        chunk = self.reward_micro_batch or max(len(prompts), 1)
+        totals, parts_list = [], []
+        for start in range(0, max(len(prompts), 1), chunk):
+            out = reward_fn(images[start:start + chunk], prompts[start:start + chunk])
+            total, parts = out if isinstance(out, tuple) else (out, {})
+            totals.append(total)
+            parts_list.append(dict(parts))
+        if len(totals) == 1:
+            return totals[0], parts_list[0]
+        names = set(parts_list[0])
+        return (torch.cat(totals),
+                {k: torch.cat([p[k] for p in parts_list]) for k in names if all(k in p for p in parts_list)})
 
     def log_prob(self, net: str | nn.Module, rollout: Rollout, step_index: int,
                  idx: Sequence[int] | Tensor | None = None) -> StepLogProb:

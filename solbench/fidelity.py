@@ -323,3 +323,73 @@ def _now() -> str:
     import datetime as dt
 
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ---- a spec's `fidelity:` block: the main job ends with the unbiased measurement ---------------------
+
+def run_spec_block(spec, results_root: str | Path = "results", *, force: bool = False, echo=print) -> list[str]:
+    """Run the fidelity runs of ``spec.fidelity`` (solbench.spec.FidelityBlock) after training; returns their
+    run ids. One run per recipe of the block (default: the checkpoint run's recipe), written to
+    ``results/<spec name>/<fidelity run id>/`` beside the training runs, so the experiment's report shows
+    them. The checkpoint is the final one of the lowest-seed done run of ``block.checkpoint`` (a method of
+    the spec), or the base model (``base``). Nothing runs when that run is not done."""
+    from solbench.results import RunStore
+
+    block = spec.fidelity
+    if block is None:
+        return []
+    first = spec.runs[0].config
+    checkpoint = None
+    cfg = first
+    if block.checkpoint != "base":
+        from solbench.report.tables import same_method
+
+        mine = [r for r in spec.runs if same_method(r.config.method, block.checkpoint)]
+        # the main arm, not an ablation arm: method settings at their most common values, then the lowest seed
+        from collections import Counter
+
+        settings = [{k: json.dumps(v, sort_keys=True, default=str) for k, v in r.config.method_config.items()}
+                    for r in mine]
+        modes = {k: Counter(s[k] for s in settings if k in s).most_common(1)[0][0] for s in settings for k in s}
+        at_mode = {r.run_id: sum(s.get(k) == v for k, v in modes.items()) for r, s in zip(mine, settings)}
+        mine.sort(key=lambda r: (-at_mode[r.run_id], r.config.seed, r.run_id))
+        if not mine:
+            raise ConfigError(f"{spec.path}: fidelity.checkpoint {block.checkpoint!r} is no method of the spec "
+                              f"(methods: {', '.join(sorted({r.config.method for r in spec.runs}))}; or 'base')")
+        done = [r for r in mine if RunStore(spec.run_dir(results_root, r.run_id), r.run_id).read_status().get("state") == "done"]
+        if not done:
+            echo(f"fidelity: no done run of {block.checkpoint} yet; the all-seeds fidelity is not measured")
+            return []
+        cfg = done[0].config
+        checkpoint = str(spec.run_dir(results_root, done[0].run_id))
+    recipes = list(block.recipes) or [None]
+    ids = []
+    for recipe in recipes:
+        settings = FidelitySettings(
+            name=spec.name, model=cfg.model.name, model_path=None if checkpoint else cfg.model.path,
+            resolution=None if checkpoint else cfg.model.resolution, checkpoint=checkpoint, role=block.role,
+            prompts=block.prompts or (None if checkpoint else cfg.eval.prompts), n_prompts=block.n_prompts,
+            seeds=block.seeds, steps=block.steps, explore_steps=block.explore_steps, recipe=recipe,
+            backend=None if checkpoint else cfg.quant.backend,
+            rewards=list(block.rewards) or ([] if checkpoint else list(cfg.rewards)), device=cfg.device,
+            batch_seeds=block.batch_seeds)
+        _, run_dir = run(settings, results_root, force=force, echo=echo)
+        ids.append(run_dir.name)
+    return ids
+
+
+def fidelity_run_ids(experiment_dir: str | Path) -> list[str]:
+    """The fidelity runs (spec.json kind 'fidelity') in an experiment folder, for collection beside its runs."""
+    ids = []
+    folder = Path(experiment_dir)
+    if not folder.is_dir():
+        return ids
+    for run_dir in sorted(folder.iterdir()):
+        spec_file = run_dir / "spec.json"
+        if spec_file.is_file():
+            try:
+                if json.loads(spec_file.read_text()).get("kind") == "fidelity":
+                    ids.append(run_dir.name)
+            except ValueError:
+                continue
+    return ids

@@ -162,3 +162,40 @@ REAL_MODELS: dict[str, RealModelSpec] = {
         resolution=1024, vae_factor=32, text_tokens=300,  # DC-AE f32; Gemma-2 prompt length
     ),
 }
+
+
+# ---- VAE decoders (the image each rollout sample is scored on) ---------------------------------
+#: The decoders of the real models' autoencoders, as diffusers configs: FLUX.1-dev and SD3.5 share the
+#: 16-channel AutoencoderKL layout (their vae/config.json); SANA-1.5 uses the DC-AE f32c32
+#: (mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers, config.json).
+VAE_CONFIGS: dict[str, tuple[str, dict, int]] = {
+    "kl16": ("AutoencoderKL", dict(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 4,
+                                   up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[128, 256, 512, 512],
+                                   layers_per_block=2, latent_channels=16, use_quant_conv=False,
+                                   use_post_quant_conv=False), 8),
+    "dcae_f32c32": ("AutoencoderDC", dict(
+        in_channels=3, latent_channels=32, attention_head_dim=32,
+        encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+        decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+        encoder_block_out_channels=[128, 256, 512, 512, 1024, 1024],
+        decoder_block_out_channels=[128, 256, 512, 512, 1024, 1024],
+        encoder_layers_per_block=[2, 2, 2, 3, 3, 3], decoder_layers_per_block=[3, 3, 3, 3, 3, 3],
+        encoder_qkv_multiscales=[[], [], [], [5], [5], [5]], decoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
+        upsample_block_type="interpolate", downsample_block_type="Conv", decoder_norm_types="rms_norm",
+        decoder_act_fns="silu", scaling_factor=0.41407), 32),
+}
+MODEL_VAE = {"flux": "kl16", "sd3": "kl16", "sana": "dcae_f32c32"}
+
+
+@functools.lru_cache(maxsize=16)
+def vae_decode_flops(model: str, resolution: int) -> float:
+    """FLOPs of decoding one latent of a real model's autoencoder into a ``resolution`` x ``resolution`` image,
+    counted on the meta device like the transformer forwards."""
+    if model not in MODEL_VAE:
+        raise ConfigError(f"no VAE config for model {model!r}; known: {', '.join(MODEL_VAE)}")
+    class_name, config, factor = VAE_CONFIGS[MODEL_VAE[model]]
+    vae = _meta_model(class_name, config)
+    side = resolution // factor
+    with torch.device("meta"):
+        z = torch.zeros(1, config["latent_channels"], side, side)
+        return float(count_flops(vae.decode, z))

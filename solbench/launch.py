@@ -16,6 +16,10 @@ status says pending/running but whose process or Slurm job no longer exists read
 
 One process runs a run at a time: ``execute_run`` holds an exclusive lock on ``<run_dir>/.lock``
 (released by the OS however the process ends), so a resubmission that races a dying job waits for it.
+Under the lock it decides again: a run another launcher finished meanwhile is not run twice, and
+``--force`` clears a run's folder only there (``prepare_run`` only when it can take the lock), so
+two launchers of one spec never delete files under each other. The lock also makes it safe to
+remove the temporary files a killed writer left (``RunStore.remove_temp_files``) before a resume.
 
 Slurm runs are submitit ``Checkpointable`` (``RunJob``): on timeout or preemption submitit calls
 ``checkpoint``, which marks the run pending and requeues the same job; the requeued job resumes from
@@ -47,6 +51,7 @@ from typing import Any
 from solbench.config import RunConfig
 from solbench.errors import ConfigError, SolbenchError
 from solbench.results import RunStore, atomic_write_bytes, capture_env
+from solbench.threads import cpu_allocation
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +117,9 @@ class RunTask:
     run_fn: str = DEFAULT_RUN_FN
     sys_path: list[str] = field(default_factory=list)  # prepended in the job (to import test run functions)
     lock_wait_s: float = 60.0  # how long to wait for a dying predecessor to release the run
+    # --force: the time of the request. The run's results must come from an execution that started
+    # after it; a run another launcher finished (or began) since then is not run again.
+    force_since: float | None = None
 
     @property
     def run_id(self) -> str:
@@ -190,32 +198,68 @@ def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str,
             log.warning("%s is being executed by another process (%s); not starting it twice",
                         cfg.run_id, (store.run_dir / LOCK_FILE).read_text().strip())
             return {"state": "skipped"}
+        # Decide again now that the run is ours: another launcher may have finished it while this
+        # one waited for the lock (two `solbench run` of one spec), and running it again would
+        # repeat the work and overwrite its status.
         previous = store.read_status()
+        if previous["state"] == "done" and not _older_than(previous, task.force_since):
+            log.info("%s was finished by another process meanwhile; not running it again", cfg.run_id)
+            return {"state": "done", "result": previous.get("result"), "already_done": True}
+        if task.force_since is not None and _older_than(previous, task.force_since):
+            # --force, and nobody restarted the run since: start from nothing (under the lock, so
+            # that no process executing the run loses its files; the lock file itself stays)
+            store.clear(keep=(LOCK_FILE, "spec.json", LAUNCH_FILE))
+            previous = store.read_status()
+        store.remove_temp_files()  # of writes a killed predecessor left (checkpoints can be GBs)
         attempt = int(previous.get("attempt", 0)) + 1
         started = time.time()
         if not store.has_checkpoint():
             # Starting from nothing: rows of an earlier attempt that died before its first
             # checkpoint would otherwise be duplicated by this one.
             store.truncate_after(-1)
-        store.write_json("env.json", capture_env())
-        store.write_status("running", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
-                           slurm_job_id=_slurm_job_id(), started_at=_now())
         writer = ProgressWriter(store.run_dir, iterations=cfg.iterations)
         if progress is not None:
             writer.add_listener(progress)
         try:
-            run_fn = resolve_run_fn(task.run_fn)
-            result = run_fn(cfg, store, progress=writer)
+            # The run's threads follow its allocation (SOLBENCH_THREADS, Slurm's cpus-per-task, or
+            # the cores it can claim beside other local runs); env.json records what it got.
+            on_gpu = cfg.device == "cuda" or (cfg.device == "auto" and _cuda())
+            with cpu_allocation(device="cuda" if on_gpu else "cpu") as cpus:
+                env = capture_env()
+                env["cpu_allocation"] = cpus.as_dict()
+                store.write_json("env.json", env)
+                store.write_status("running", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
+                                   slurm_job_id=_slurm_job_id(), started_at=_now(), started_ts=started)
+                run_fn = resolve_run_fn(task.run_fn)
+                result = run_fn(cfg, store, progress=writer)
         except Exception as err:  # a crashed run is recorded and the others carry on
             tb = traceback.format_exc()
             store.write_status("failed", attempt=attempt, error=f"{type(err).__name__}: {err}", traceback=tb,
                                seconds=round(time.time() - started, 3), finished_at=_now(),
-                               slurm_job_id=_slurm_job_id())
+                               slurm_job_id=_slurm_job_id(), started_ts=started)
             log.error("run %s failed: %s", cfg.run_id, err)
             return {"state": "failed", "error": f"{type(err).__name__}: {err}"}
         store.write_status("done", attempt=attempt, seconds=round(time.time() - started, 3), finished_at=_now(),
-                           result=_jsonable(result), slurm_job_id=_slurm_job_id())
+                           result=_jsonable(result), slurm_job_id=_slurm_job_id(), started_ts=started)
         return {"state": "done", "result": _jsonable(result)}
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _older_than(status: dict, since: float | None) -> bool:
+    """Whether a --force request at ``since`` still has to restart the run of ``status``: its last
+    execution began before the request. A status without ``started_ts`` (new, or pending after a
+    requeue or after prepare_run cleared it) holds nothing older, except a done one of old code."""
+    if since is None:
+        return False
+    started = status.get("started_ts")
+    if started is None:
+        return status["state"] == "done"
+    return float(started) < since
 
 
 def _slurm_job_id() -> str | None:
@@ -394,14 +438,27 @@ def preflight(spec, runs: Sequence[Any]) -> None:
                           "(see experiments/README.md, 'Prompt sets')")
 
 
-def prepare_run(run, run_dir: Path, *, force: bool) -> RunStore:
-    """Write spec.json and the pending status of a run about to launch (--force starts it afresh)."""
+def prepare_run(run, run_dir: Path, *, force: bool, force_since: float | None = None) -> RunStore:
+    """Write spec.json and the pending status of a run about to launch (--force starts it afresh).
+
+    Only while no other process holds the run: a run being executed elsewhere keeps its files and
+    status (execute_run sorts it out under the lock), and a run finished since this launcher planned
+    it keeps its done status unless forced and finished before the request (``force_since``).
+    """
     store = RunStore(run_dir, run.run_id)
-    if force:
-        store.clear()
-    store.write_json("spec.json", run.config.to_dict())
-    store.write_status("pending", submitted_at=_now(), launcher_host=socket.gethostname(),
-                       launcher_pid=os.getpid())
+    with run_lock(run_dir) as held:
+        if not held:
+            return store
+        status = store.read_status()
+        # with --force, whatever did not start after the request is stale: the run restarts from nothing
+        stale = force and not (force_since is not None and float(status.get("started_ts", -1)) >= force_since)
+        if status["state"] == "done" and not stale:
+            return store  # finished by another launcher meanwhile: execute_run will reuse it
+        if stale:
+            store.clear(keep=(LOCK_FILE,))
+        store.write_json("spec.json", run.config.to_dict())
+        store.write_status("pending", submitted_at=_now(), launcher_host=socket.gethostname(),
+                           launcher_pid=os.getpid())
     return store
 
 
@@ -415,7 +472,8 @@ class Submission:
 
 
 def launch_local(spec, runs: Sequence[Any], results_root: Path, *, run_fn: str | Callable = DEFAULT_RUN_FN,
-                 force: bool = False, display=None, sys_path: Sequence[str] = (), group=None) -> Submission:
+                 force: bool = False, display=None, sys_path: Sequence[str] = (), group=None,
+                 force_since: float | None = None) -> Submission:
     """Run every run in this process, one after another; a failing run does not stop the others.
 
     Under torchrun (``group``: solbench.distributed.join_launch_group) every rank calls this with
@@ -424,13 +482,14 @@ def launch_local(spec, runs: Sequence[Any], results_root: Path, *, run_fn: str |
     """
     ref = run_fn_ref(run_fn)
     main = group is None or group.is_main
-    stores = [prepare_run(run, spec.run_dir(results_root, run.run_id), force=force) if main
+    force_since = (force_since or time.time()) if force else None
+    stores = [prepare_run(run, spec.run_dir(results_root, run.run_id), force=force, force_since=force_since) if main
               else RunStore(spec.run_dir(results_root, run.run_id), run.run_id) for run in runs]
     if group is not None:
         group.barrier()  # rank 0 has (re)set the folders before any rank looks for checkpoints
     submission = Submission("local")
     for run, store in zip(runs, stores):
-        task = RunTask(str(store.run_dir), run.config.to_dict(), ref, list(sys_path))
+        task = RunTask(str(store.run_dir), run.config.to_dict(), ref, list(sys_path), force_since=force_since)
         tick = (lambda *a, **k: display.tick()) if display is not None else None
         outcome = execute_run(task, progress=tick)
         submission.states[run.run_id] = outcome["state"]
@@ -530,19 +589,22 @@ def slurm_executor(folder: Path, profile, *, name: str, code_snapshot: Path | No
 
 
 def launch_slurm(spec, runs: Sequence[Any], results_root: Path, profile, *, run_fn: str | Callable = DEFAULT_RUN_FN,
-                 force: bool = False, sys_path: Sequence[str] = ()) -> Submission:
+                 force: bool = False, sys_path: Sequence[str] = (), force_since: float | None = None) -> Submission:
     """Submit the runs as one Slurm job array (executor.batch()); returns once submitted."""
     ref = run_fn_ref(run_fn)
     experiment_dir = Path(results_root) / spec.name
     snapshot = snapshot_code(experiment_dir / ".code") if profile.snapshot_code else None
     executor = slurm_executor(experiment_dir / ".submitit", profile, name=f"solbench-{spec.name}",
                               code_snapshot=snapshot)
-    stores = [prepare_run(run, spec.run_dir(results_root, run.run_id), force=force) for run in runs]
+    force_since = (force_since or time.time()) if force else None
+    stores = [prepare_run(run, spec.run_dir(results_root, run.run_id), force=force, force_since=force_since)
+              for run in runs]
     jobs = []
     try:
         with executor.batch():
             for run, store in zip(runs, stores):
-                task = RunTask(str(store.run_dir.resolve()), run.config.to_dict(), ref, list(sys_path))
+                task = RunTask(str(store.run_dir.resolve()), run.config.to_dict(), ref, list(sys_path),
+                               force_since=force_since)
                 jobs.append(executor.submit(RunJob(task)))
     except Exception as err:
         for store in stores:
@@ -593,6 +655,7 @@ def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str
     from solbench.distributed import join_launch_group
 
     results_root = Path(results_root)
+    force_since = time.time() if force else None  # the --force request: runs started after it are not redone
     profile_path, profile = load_profile(profile_name or spec.launch, spec.path)
     if profile.executor != "local":
         check_launch(spec, profile_path, profile)
@@ -601,7 +664,7 @@ def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str
             return LaunchResult(plan, None, profile_path, profile.executor)
         preflight(spec, plan.to_launch)
         submission = launch_slurm(spec, plan.to_launch, results_root, profile, run_fn=run_fn, force=force,
-                                  sys_path=sys_path)
+                                  sys_path=sys_path, force_since=force_since)
         return LaunchResult(plan, submission, profile_path, profile.executor)
     group = join_launch_group()  # under torchrun the ranks share one process group for every run
     try:
@@ -611,7 +674,8 @@ def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str
             return LaunchResult(plan, None, profile_path, profile.executor)
         preflight(spec, plan.to_launch)
         submission = launch_local(spec, plan.to_launch, results_root, run_fn=run_fn, force=force, display=display,
-                                  sys_path=sys_path, group=group if group.enabled else None)
+                                  sys_path=sys_path, group=group if group.enabled else None,
+                                  force_since=force_since)
         return LaunchResult(plan, submission, profile_path, profile.executor)
     finally:
         group.close()

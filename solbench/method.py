@@ -11,6 +11,8 @@ One iteration, as the trainer (solbench/trainer.py) drives it::
     for chunk in method.chunks(batch, it):                    # micro-batches x trained timesteps
         loss, logs = method.loss(engine, chunk)               # trainer: NaN check, backward(loss * chunk.weight)
         ...                                                   # trainer: accumulate, clip, optimizer step, EMA
+                                                              # (finetune.optimizer_steps per iteration, or one
+                                                              # per grad_accum micro-batches)
     method.after_update(nets, step)                           # e.g. the old-policy EMA (math only)
     # trainer: engine.sync_explore_copy() when "explore" in method.nets
 
@@ -25,6 +27,25 @@ A method declares:
   ``"explore"`` (``"ema"`` always exists, for evaluation).
 - ``rollout_net``: the role its training samples come from (DiffusionNFT samples with the old
   policy); the explore copy, when used, mirrors this role.
+- ``tiny_config``: Config overrides that make one iteration on the embedded tiny model take seconds
+  (the conformance test runs every method with them; paper defaults are tested separately).
+
+The engine API a method may use (solbench/engine.py; nothing else of the harness):
+
+- ``engine.sample(prompt_ids, prompts, cand_idx, net=role, sampler=SamplerSpec, phase=..., stream=it.stream,
+  noise_idx=None, keep_trajectory=False) -> Rollout``: one sample per (prompt id, candidate index) with
+  the network of ``role`` ("policy", "old", "explore", ...), timed as ``phase``; the initial noise is a
+  pure function of (run seed, stream, prompt id, noise_idx or cand_idx), so a seed can be regenerated
+  exactly. ``rollout.sampler`` is the spec with guidance and shift resolved (None -> the model's default).
+- ``engine.score(rollout) -> Tensor [B]``: the run's training reward (also stored on the rollout).
+- ``engine.encode(prompts) -> Cond`` and ``engine.velocity(role, x_t, t, cond, guidance) -> Tensor``:
+  the velocity of a role, with gradients when the role is trained. ``guidance`` None means the
+  model's default (SD3.5 and SANA: CFG 4.5, FLUX.1-dev: distilled 3.5, tiny: none); 1.0 means no CFG
+  (one forward per velocity). A loss must pass the guidance its samples were drawn with, i.e.
+  ``rollout.sampler.guidance`` (resolved), to EVERY forward (policy, old, reference, slow copy): a
+  forward that omits it silently uses the model's default and, on SD3.5/SANA, doubles the batch with CFG.
+- ``engine.phase(name)``: a context that times method-side work (e.g. "select").
+- ``engine.adapter.sigmas(steps, shift)``: the model's sigma schedule (t=1 first, t=0 last).
 
 Randomness inside a method (timestep subsets, fresh noise for losses, random selection) comes only
 from ``it.generator``, which the harness seeds from (run seed, step), so runs are reproducible and
@@ -63,7 +84,7 @@ class RunInfo:
     prompts_per_iter: int  # prompt groups per iteration
     steps: int  # full rollout step budget
     shift: float | None = None  # sigma-schedule shift; None = the model's default
-    guidance: float | None = None  # CFG / distilled guidance scale for rollouts
+    guidance: float | None = None  # CFG / distilled guidance of rollouts AND losses; None = the model's default, 1.0 = no CFG
     finetune_mode: str = "lora"  # lora | full
     world_size: int = 1
 
@@ -125,6 +146,7 @@ class Method:
     axes: ClassVar[tuple[str, ...]] = ()
     nets: ClassVar[frozenset[str]] = frozenset()
     rollout_net: ClassVar[str] = "policy"
+    tiny_config: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, config: Any, run: RunInfo) -> None:
         self.config = config
@@ -351,13 +373,15 @@ def broadcast_time(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, *([1] * (like.ndim - 1))).to(like.dtype)
 
 
-def velocity_deviation(engine, role: str, v: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor, cond) -> torch.Tensor:
+def velocity_deviation(engine, role: str, v: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor, cond,
+                       guidance: float | None) -> torch.Tensor:
     """mean ||v - v_role(x_t, t)||^2 over the batch, with no gradient through the frozen ``role``.
 
-    The KL-style regulariser of DiffusionNFT and AWM toward the reference (or a slow copy).
+    The KL-style regulariser of DiffusionNFT and AWM toward the reference (or a slow copy);
+    ``guidance`` must be the one ``v`` was computed with (no default, so that no caller forgets it).
     """
     with torch.no_grad():
-        v_role = engine.velocity(role, x_t, t, cond).float()
+        v_role = engine.velocity(role, x_t, t, cond, guidance).float()
     return mean_dims((v - v_role) ** 2).mean()
 
 

@@ -10,10 +10,12 @@ layers, and the reference is the model with adapters disabled. A role is a thin 
 forward activates its adapter for the call, so only adapter weights are duplicated. With full
 fine-tuning, old/ema/reference are frozen deep copies.
 
-The explore copy is built from the merged weights of its source role (the rollout role: "old" for
-the DiffusionNFT family, as Sol-RL's reference syncs the old adapter) by a factory the harness
-supplies (solbench.quant.quantized_copy with the run's recipe), and ``sync_explore_copy`` refreshes
-it after every update (the engine times it as phase "sync").
+The explore copy is built from its source role (the rollout role: "old" for the DiffusionNFT
+family, as Sol-RL's reference syncs the old adapter) by a factory the harness supplies
+(solbench.quant.quantized_copy with the run's recipe), and ``sync_explore_copy`` refreshes it after
+every update (the engine times it as phase "sync"). The factory and the sync get the source role as
+a module: with LoRA, the shared transformer with that role's adapter active (quantized_copy and
+sync_weights merge the active adapter on the fly), so no full-precision merged copy is ever held.
 """
 
 from __future__ import annotations
@@ -40,29 +42,39 @@ def _tuner_layers(model: nn.Module) -> list[nn.Module]:
 
 
 @contextmanager
-def active_adapter(model: nn.Module, adapter: str | None) -> Iterator[None]:
+def active_adapter(model: nn.Module, adapter: str | None, layers: list[nn.Module] | None = None) -> Iterator[None]:
     """Run ``model`` with only LoRA adapter ``adapter`` active (None: adapters off, the base model).
 
     Restores the previous active adapter and every LoRA parameter's requires_grad on exit. Only
     flags change, never weights, so an autograd graph built before the switch stays valid.
+    ``layers``: the model's LoRA layers if the caller has them (saves a walk over every module).
+
+    A layer already in the requested state is not switched (peft's set_adapter walks every
+    adapter's parameters; it ran about 1,300 times per Sol-RL iteration, issue 17).
     """
-    layers = _tuner_layers(model)
+    layers = _tuner_layers(model) if layers is None else layers
     flags = [(p, p.requires_grad) for m in layers for p in m.parameters()]
     saved = [(m, list(m.active_adapters), m.disable_adapters) for m in layers]
     try:
-        for m in layers:
+        for m, active, disabled in saved:
             if adapter is None:
-                m.enable_adapters(False)
+                if not disabled:
+                    m.enable_adapters(False)
             else:
-                m.set_adapter(adapter, inference_mode=True)
-                m.enable_adapters(True)
+                if disabled:
+                    m.enable_adapters(True)
+                if active != [adapter]:
+                    m.set_adapter(adapter, inference_mode=True)
         yield
     finally:
         for m, active, disabled in saved:
-            m.set_adapter(active)
-            m.enable_adapters(not disabled)
+            if list(m.active_adapters) != active:
+                m.set_adapter(active)
+            if m.disable_adapters != disabled:
+                m.enable_adapters(not disabled)
         for p, flag in flags:
-            p.requires_grad_(flag)
+            if p.requires_grad != flag:
+                p.requires_grad_(flag)
 
 
 class AdapterView(nn.Module):
@@ -75,10 +87,13 @@ class AdapterView(nn.Module):
     def __init__(self, model: nn.Module, adapter: str | None) -> None:
         super().__init__()
         object.__setattr__(self, "_shared", model)  # not registered: the policy owns it
+        object.__setattr__(self, "_layers", None)  # the shared model's LoRA layers, found on first use
         self.adapter = adapter
 
     def forward(self, *args, **kwargs):
-        with active_adapter(self._shared, self.adapter):
+        if self._layers is None:
+            object.__setattr__(self, "_layers", _tuner_layers(self._shared))
+        with active_adapter(self._shared, self.adapter, self._layers):
             return self._shared(*args, **kwargs)
 
     def parameters(self, recurse: bool = True):
@@ -118,8 +133,6 @@ class PolicyNets(Mapping):
         self.explore_source = explore_source
         self._explore_sync = explore_sync
         self._nets: dict[str, nn.Module] = {}
-        # an unmodified copy to merge weights into for the explore copy
-        self._merge_target = copy.deepcopy(transformer).requires_grad_(False) if "explore" in roles else None
 
         if finetune.mode == "lora":
             self._build_lora(transformer, finetune)
@@ -133,7 +146,10 @@ class PolicyNets(Mapping):
                 raise ConfigError("role 'explore' needs an explore_factory and explore_sync (solbench.quant)")
             if explore_source not in self._nets:
                 raise ConfigError(f"explore copy source role {explore_source!r} is not built (roles: {sorted(self._nets)})")
-            self._nets["explore"] = explore_factory(self._merged_module()).requires_grad_(False)
+            # Built from the source role itself, its adapter merged on the fly: no full-precision merge
+            # target is kept (on FLUX that was a third bf16 transformer, 24 GB per rank).
+            with self._explore_source_view() as source:
+                self._nets["explore"] = explore_factory(source).requires_grad_(False)
 
     # -- construction ----------------------------------------------------------------------------
     def _build_lora(self, transformer: nn.Module, finetune: FinetuneConfig) -> None:
@@ -203,12 +219,14 @@ class PolicyNets(Mapping):
         return params
 
     def ema_step(self) -> None:
-        """EMA of the policy after an optimizer step, with the reference's warm-up min(decay, (1+n)/(10+n))."""
-        decay = min(self.ema_decay, (1 + self.ema_updates) / (10 + self.ema_updates))
+        """EMA of the policy after an optimizer step, with the reference's warm-up min(decay, (1+n)/(10+n)),
+        n = this step's count from 1 (NVlabs/DiffusionNFT: global_step += 1, then ema.step(..., global_step))."""
+        self.ema_updates += 1
+        n = self.ema_updates
+        decay = min(self.ema_decay, (1 + n) / (10 + n))
         with torch.no_grad():
             for ema, p in zip(self.trainable("ema"), self.trainable("policy"), strict=True):
                 ema.lerp_(p.detach(), 1 - decay)
-        self.ema_updates += 1
 
     # -- explore copy ---------------------------------------------------------------------------------
     def merged_state_dict(self, role: str) -> dict[str, torch.Tensor]:
@@ -227,16 +245,34 @@ class PolicyNets(Mapping):
             state[key] = state[key] + m.get_delta_weight(adapter).to(state[key].dtype)
         return state
 
+    @contextmanager
+    def _explore_source_view(self) -> Iterator[nn.Module]:
+        """The explore copy's source role as a module whose forward (and solbench.quant's merge, which
+        follows the active adapters) is that role: LoRA switches the shared transformer's adapter."""
+        if self.mode == "full":
+            yield self._nets[self.explore_source]
+            return
+        with active_adapter(self.policy, LORA_ADAPTERS.get(self.explore_source)):
+            yield self.policy
+
     def _merged_module(self) -> nn.Module:
-        self._merge_target.load_state_dict(self.merged_state_dict(self.explore_source))
-        return self._merge_target
+        """A new plain transformer holding the explore source's merged weights: a full copy, made on
+        demand for inspection and tests (the run itself never holds one)."""
+        with self._explore_source_view() as source:
+            if self.mode == "full":
+                return copy.deepcopy(source).requires_grad_(False)
+            from solbench.quant.model import _strip_adapters
+
+            merged = copy.deepcopy(source)
+            _strip_adapters(source, merged)
+            return merged.requires_grad_(False)
 
     def sync_explore_copy(self) -> None:
         """Merge the source role's current weights and refresh the explore copy from them."""
         if "explore" not in self._nets:
             return
-        with torch.no_grad():
-            self._explore_sync(self._nets["explore"], self._merged_module())
+        with torch.no_grad(), self._explore_source_view() as source:
+            self._explore_sync(self._nets["explore"], source)
 
     # -- checkpointing ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -24,13 +24,17 @@ Matrix keys are ``method``, ``model`` (short for ``model.name``), any RunConfig 
 ``prompts_per_iter``) or dotted path (``finetune.lr``, ``sampling.steps``), or a method axis: a
 field of a method's Config listed in its ``axes`` (``n``, ``k``, ``explore_steps``, ``selection``,
 ``group_size``, ...). A method axis is dropped for methods that do not declare it, and combinations
-that then coincide collapse to one run (flow_grpo does not run once per K).
+that then coincide collapse to one run (flow_grpo does not run once per K); an axis that no listed
+method declares is an error.
 
 Precedence, lowest first: RunConfig defaults < ``base`` < ``methods.<method>`` < matrix/include values.
 
-Everything is checked before anything runs: unknown keys, wrong types, unknown methods, models,
-rewards, quantization recipes and prompt sets, K > N, batch arithmetic that does not divide. Errors
-are ConfigError naming the file, the line, the key path and the allowed values.
+Everything is checked before anything runs: unknown keys, wrong types, NaN/inf numbers, unknown
+methods, models, rewards, quantization recipes and prompt sets, prompts_per_iter or eval.n_prompts
+larger than their prompt set, a tiny model path that is neither pretrained nor random, K > N, batch
+arithmetic that does not divide. Errors are ConfigError naming the file, the line, the key path and
+the allowed values. (Prompt files given as paths are checked when the run is launched if they are
+not on the expanding machine.)
 
 The run id is ``RunConfig.run_id``: a short hash of the resolved run (launch fields are not part of
 RunConfig, so moving a spec from a laptop to a cluster keeps its run ids and results).
@@ -42,6 +46,7 @@ import dataclasses
 import difflib
 import itertools
 import json
+import math
 import re
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -220,6 +225,24 @@ class SweepModel(BaseModel):
     params: dict[str, SweepParam]
 
 
+class FidelityBlock(BaseModel):
+    """A spec's ``fidelity:`` block: the unbiased all-seeds ranking fidelity `solbench run` measures after
+    training (solbench.fidelity.run_spec_block), one fidelity run per explore recipe, results under the
+    spec's experiment folder."""
+
+    model_config = _STRICT
+    checkpoint: str = "sol_rl"  # a method of the spec (its lowest-seed run's final checkpoint) or "base"
+    role: Literal["policy", "ema", "old"] = "policy"
+    n_prompts: int = Field(default=8, ge=1)  # M: the first M eval prompts of the run
+    seeds: int = Field(default=8, ge=2)  # N seeds per prompt, each at both precisions
+    recipes: list[str] = Field(default_factory=list)  # default: the run's recipe; "none" = step budget only
+    explore_steps: int = Field(default=6, ge=1)
+    steps: int = Field(default=10, ge=1)
+    prompts: Optional[str] = None  # default: the run's eval prompts
+    rewards: list[str] = Field(default_factory=list)  # default: the run's training rewards
+    batch_seeds: Optional[int] = Field(default=None, ge=1)
+
+
 class SpecModel(BaseModel):
     model_config = _STRICT
     name: str = Field(pattern=NAME_PATTERN)
@@ -232,6 +255,7 @@ class SpecModel(BaseModel):
     methods: dict[str, RunOverrides] = Field(default_factory=dict)  # type: ignore[valid-type]
     sweep: Optional[SweepModel] = None
     report: dict[str, Any] = Field(default_factory=dict)  # options of solbench.report (ReportOptions)
+    fidelity: Optional[FidelityBlock] = None  # all-seeds ranking fidelity measured after training
 
     @field_validator("matrix")
     @classmethod
@@ -270,31 +294,36 @@ class Registries:
     rewards: list[str] | None = None
     recipes: list[str] | None = None
     prompt_set_exists: Callable[[str], bool] | None = None
+    prompt_set_size: Callable[[str], int | None] | None = None  # prompts in a set; None: cannot be read here
 
     @classmethod
     def discover(cls) -> "Registries":
+        size = _prompt_set_sizer()
         return cls(
             models=_optional_registry("solbench.models", lambda m: m.model_names()),
             rewards=_optional_registry("solbench.rewards", lambda m: m.names()),
             recipes=_optional_registry("solbench.quant", lambda m: list(m.RECIPES)),
-            prompt_set_exists=_prompt_set_checker(),
+            prompt_set_exists=None if size is None else (lambda name: size(name) is not None),
+            prompt_set_size=size,
         )
 
 
-def _prompt_set_checker() -> Callable[[str], bool] | None:
+def _prompt_set_sizer() -> Callable[[str], int | None] | None:
     loader = _optional_registry("solbench.world.prompts", lambda m: ["load_prompt_set"] if m.load_prompt_set else [])
     if not loader:
         return None
+    import functools
+
     from solbench.world.prompts import load_prompt_set
 
-    def exists(name: str) -> bool:
+    @functools.lru_cache(maxsize=None)  # every run of a spec names the same few sets
+    def size(name: str) -> int | None:
         try:
-            load_prompt_set(name)
+            return len(load_prompt_set(name))
         except (ConfigError, FileNotFoundError, KeyError, ValueError):
-            return False
-        return True
+            return None
 
-    return exists
+    return size
 
 
 def is_prompt_path(name: str) -> bool:
@@ -335,6 +364,7 @@ class ExperimentSpec:
     axis_keys: list[str]  # matrix keys in spec order (the columns of `solbench expand`)
     notes: list[str] = field(default_factory=list)  # checks that could not run here, dropped duplicates
     _resolver: "_Resolver | None" = field(default=None, repr=False)
+    fidelity: FidelityBlock | None = None  # the spec's `fidelity:` block (solbench.fidelity.run_spec_block)
 
     def resolve(self, assignment: Mapping[str, Any], where: tuple = ("sweep",)) -> PlannedRun:
         """Resolve one more combination of matrix keys (used by sweeps); ``where`` is the key path
@@ -356,6 +386,7 @@ def load_spec(path: str | Path, *, registries: Registries | None = None) -> Expe
     """Read, validate and expand a spec file. Raises ConfigError on any problem."""
     path = Path(path)
     data, lines = load_yaml(path)
+    _check_finite(data, (), str(path), lines)
     try:
         model = SpecModel.model_validate_json(json.dumps(data, default=_yaml_scalar_to_json), strict=True)
     except ValidationError as err:
@@ -363,6 +394,18 @@ def load_spec(path: str | Path, *, registries: Registries | None = None) -> Expe
     _check_report_options(model.report, path, lines)
     resolver = _Resolver(model, str(path), lines, registries or Registries.discover())
     return resolver.expand(path)
+
+
+def _check_finite(value: Any, loc: tuple, source: str, lines: dict[tuple, int]) -> None:
+    """NaN and inf are valid YAML floats (.nan, .inf) but no valid setting: a NaN learning rate
+    would only fail at the optimizer, far from the spec."""
+    if isinstance(value, float) and not math.isfinite(value):
+        line = _nearest_line(lines, loc)
+        raise ConfigError(f"{source}:{line}: {_dotted(loc)}: {value} is not a finite number" if line else
+                          f"{source}: {_dotted(loc)}: {value} is not a finite number")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        _check_finite(item, loc + (key,), source, lines)
 
 
 def _check_report_options(report: dict[str, Any], path: Path, lines: dict[tuple, int]) -> None:
@@ -486,6 +529,15 @@ class _Resolver:
     def _error(self, loc: tuple, message: str) -> ConfigError:
         return ConfigError(f"{self._where(loc)}: {_dotted(loc)}: {message}")
 
+    def _key_where(self, key: str, method: str, loc: tuple) -> str:
+        """file:line where a run's value of ``key`` (dotted) is set: the matrix, the method's overrides
+        or base, the most specific first; else the combination's own line."""
+        parts = tuple(key.split("."))
+        for candidate in (("matrix", key), ("methods", method, *parts), ("base", *parts)):
+            if candidate in self.lines:
+                return self._where(candidate)
+        return self._where(loc)
+
     def _check_method_name(self, name: Any, loc: tuple) -> None:
         if name not in self.method_names:
             close = difflib.get_close_matches(str(name), self.method_names, n=1)
@@ -530,6 +582,7 @@ class _Resolver:
                                       f"exclude key {key!r} is not a matrix key ({', '.join(matrix)})")
         if "method" not in matrix and not model.include:
             raise self._error(("matrix",), "no runs: give matrix.method (a list of methods) or include entries")
+        self._check_axes_used(matrix)
         for index, method in enumerate(matrix.get("method", [])):
             self._check_method_name(method, ("matrix", "method", index))
 
@@ -569,7 +622,27 @@ class _Resolver:
         axis_keys = list(matrix) + [k for entry in model.include for k in entry if k not in matrix]
         return ExperimentSpec(name=model.name, path=path, description=model.description, launch=model.launch,
                               runs=list(runs.values()), sweep=model.sweep, axis_keys=list(dict.fromkeys(axis_keys)),
-                              notes=self.notes, _resolver=self)
+                              notes=self.notes, _resolver=self, fidelity=model.fidelity)
+
+    def _check_axes_used(self, matrix: dict[str, list]) -> None:
+        """A method axis is dropped for methods that lack it; one that no listed method has would be
+        dropped everywhere, silently: an error (a typo'd method list, or the wrong axis)."""
+        def methods_of(values: Any) -> list:
+            return [m for m in (values if isinstance(values, list) else [values]) if m in self.method_axes]
+
+        listed = methods_of(matrix.get("method", []))
+        for entry in self.model.include:
+            listed += methods_of(entry.get("method", []))
+        entries = [(("matrix", key), key, listed) for key in matrix]
+        in_matrix = methods_of(matrix.get("method", []))  # what an include entry without a method ranges over
+        entries += [(("include", i, key), key, methods_of(entry["method"]) if "method" in entry else in_matrix)
+                    for i, entry in enumerate(self.model.include) for key in entry]
+        for loc, key, methods in entries:
+            if self._key_kind(key, loc) != "axis" or any(key in self.method_axes[m] for m in methods):
+                continue
+            owners = sorted(m for m, axes in self.method_axes.items() if key in axes)
+            raise self._error(loc, f"no listed method ({', '.join(dict.fromkeys(methods))}) has the axis {key!r}, "
+                                   f"so it would vary nothing; methods with it: {', '.join(owners)}")
 
     def resolve(self, combo: dict[str, Any], loc: tuple) -> PlannedRun:
         method = combo.get("method")
@@ -609,9 +682,26 @@ class _Resolver:
         except ConfigError:
             raise
         checked["method_config"] = json.loads(json.dumps(dataclasses.asdict(method_cfg)))
+        self._resolve_micro_batches(checked, loc, label)
         config = RunConfig.from_dict(checked)
         self._check_run(config, loc, label)
         return PlannedRun(config=config, axes=used)
+
+    def _resolve_micro_batches(self, checked: dict, loc: tuple, label: str) -> None:
+        """micro_batch.{rollout,reward,train}: the model's defaults where unset (solbench.models), and
+        ``train`` written into the method's micro_batch_size (the same setting) when it has one."""
+        try:
+            from solbench.models import resolve_micro_batches
+        except ImportError:  # the models part is absent: nothing to resolve against
+            return
+        mc = checked["method_config"]
+        try:
+            checked["micro_batch"] = resolve_micro_batches(checked["model"]["name"], checked.get("micro_batch") or {},
+                                                           mc.get("micro_batch_size"))
+        except ConfigError as err:
+            raise ConfigError(f"{self._where(loc)}: run ({label}): {err}") from None
+        if "micro_batch_size" in mc:
+            mc["micro_batch_size"] = checked["micro_batch"]["train"]
 
     def _check_run(self, cfg: RunConfig, loc: tuple, label: str) -> None:
         """Names against registries, positive counts and batch arithmetic."""
@@ -641,11 +731,34 @@ class _Resolver:
             if reg.prompt_set_exists is not None and not reg.prompt_set_exists(name):
                 fail(key, f"unknown prompt set {name!r} (embedded sets are named shapes/<split>; files end in "
                           ".txt or .jsonl)")
+        # Counts against the sets (a prompt file that is not on this machine is checked at launch).
+        size = reg.prompt_set_size or (lambda name: None)
+        for key, wanted, name in (("prompts_per_iter", cfg.prompts_per_iter, cfg.train_prompts),
+                                  ("eval.n_prompts", cfg.eval.n_prompts, cfg.eval.prompts)):
+            available = size(name)
+            if wanted is not None and available is not None and wanted > available:
+                raise ConfigError(f"{self._key_where(key, cfg.method, loc)}: run ({label}): {key}: {wanted} exceeds "
+                                  f"the {available} prompts of {name!r}")
+        # The tiny model's weights are the shipped ones or a random init (solbench.models._build_tiny).
+        if cfg.model.name == "tiny" and cfg.model.path not in (None, "pretrained", "random"):
+            raise ConfigError(f"{self._key_where('model.path', cfg.method, loc)}: run ({label}): model.path: "
+                              f"{cfg.model.path!r} is no tiny model; use pretrained (the shipped weights, the "
+                              "default) or random (an untrained init)")
         for key in ("iterations", "prompts_per_iter", "world_size", "checkpoint_every", "eval.every",
                     "eval.seeds_per_prompt", "sampling.steps", "sampling.eval_steps", "finetune.grad_accum",
                     "finetune.lora_rank"):
             if _get_path(cfg, key) < 1:
                 fail(key, f"must be >= 1, got {_get_path(cfg, key)}")
+        steps = cfg.finetune.optimizer_steps
+        if steps is not None:
+            if steps < 1:
+                fail("finetune.optimizer_steps", f"must be >= 1 or null, got {steps}")
+            if cfg.finetune.grad_accum != 1:
+                fail("finetune.optimizer_steps", f"set either optimizer_steps or grad_accum (got grad_accum="
+                                                 f"{cfg.finetune.grad_accum}): optimizer_steps fixes the steps per iteration")
+            if steps > 1 and not cfg.method_config.get("micro_batch_size"):
+                fail("finetune.optimizer_steps", f"{steps} steps per iteration need method_config.micro_batch_size "
+                                                 "(the batch is one micro-batch without it)")
         if cfg.eval.n_prompts is not None and cfg.eval.n_prompts < 1:
             fail("eval.n_prompts", f"must be >= 1 or null (all), got {cfg.eval.n_prompts}")
         if cfg.finetune.mode not in ("lora", "full"):
@@ -669,6 +782,11 @@ class _Resolver:
                      f"{micro} does not divide the {per_rank} trained samples per rank "
                      f"({cfg.prompts_per_iter // cfg.world_size} prompts x {trained_per_prompt})")
             n_micro = per_rank // micro
+            steps = cfg.finetune.optimizer_steps
+            if steps is not None and (n_micro * cfg.world_size) % steps:
+                fail("finetune.optimizer_steps", f"{steps} does not divide the {n_micro * cfg.world_size} micro-batches "
+                                                 f"per iteration ({cfg.world_size} ranks x {per_rank} samples / "
+                                                 f"micro_batch_size {micro})")
             if n_micro % cfg.finetune.grad_accum:
                 fail("finetune.grad_accum", f"{cfg.finetune.grad_accum} does not divide the {n_micro} micro-batches "
                                             f"per iteration ({per_rank} samples / micro_batch_size {micro})")

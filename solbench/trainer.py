@@ -5,12 +5,18 @@ networks by role (PolicyNets), the engine and the method, then runs ``cfg.iterat
 
     prompts  <- drawn from the train set by (seed, step): identical for every method
     batch    <- method.collect(engine, prompts, it)              engine phases: explore/select/regenerate/rollout/reward
+    a NaN/inf reward -> NonFiniteLossError (before anything trains on it)
     for chunk in method.chunks(batch, it):                       phase "train"
         loss <- method.loss(engine, chunk); NaN/inf -> NonFiniteLossError
         backward(loss * chunk.weight / micro-batches per step)
-        after every grad_accum micro-batches (and the last): clip, AdamW step, EMA step
+        after every grad_accum micro-batches (and the last), or finetune.optimizer_steps times per
+        iteration (micro-batches split evenly): clip, AdamW step, weights check (non-finite or
+        |w| > WEIGHT_LIMIT -> NonFiniteLossError, so the last checkpoint is a finite one), EMA step
     method.after_update(nets, step)                              e.g. the old-policy EMA
     engine.sync_explore_copy()                                   phase "sync" (methods with an explore copy)
+
+A NonFiniteLossError names the step and the run; so does a quantizer NaN error from the explore
+copy (sampling or sync), re-raised as one.
 
 Evaluation runs at step 0 (the base model), every ``cfg.eval.every`` iterations and at the end: the
 EMA weights (or the policy) sample the fixed eval prompts x seeds (noise stream "eval") with an
@@ -30,6 +36,8 @@ rows after its step are dropped first, so a resumed run neither loses nor duplic
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -57,6 +65,12 @@ from solbench.timing import PhaseTimer
 log = logging.getLogger(__name__)
 
 ExploreFns = tuple[Callable[[nn.Module], nn.Module], Callable[[nn.Module, nn.Module], None]]
+
+# Largest |weight| a trained parameter may reach. AdamW moves a weight by about lr per step (its
+# update m / sqrt(v) is of order 1), so from O(1) weights (LoRA, pretrained transformers) no sane
+# run comes near 1e6; past it the run has diverged (16-bit activations, max 65504 in fp16, overflow
+# long before 1e30), and a finite but diverged checkpoint would pass for the last good one.
+WEIGHT_LIMIT = 1e6
 
 
 def train_run(cfg: RunConfig, store, *, progress=None) -> dict:
@@ -150,6 +164,16 @@ def _seeded_generator(run_seed: int, purpose: str, step: int) -> torch.Generator
     return torch.Generator().manual_seed(noise_seed(run_seed, purpose, str(step), 0))
 
 
+def step_group(micro_batch: int, n_micro_batches: int, steps: int) -> range:
+    """The micro-batches sharing ``micro_batch``'s optimizer step when an iteration's ``n_micro_batches``
+    are split into ``steps`` consecutive groups as evenly as possible (finetune.optimizer_steps)."""
+    groups = min(steps, n_micro_batches)
+    g = micro_batch * groups // n_micro_batches
+    start = -(-g * n_micro_batches // groups)  # ceil: the first micro-batch m with m * groups // n >= g
+    stop = -(-(g + 1) * n_micro_batches // groups)
+    return range(start, stop)
+
+
 def _lookahead(items: Iterator[Chunk]) -> Iterator[tuple[Chunk, Chunk | None]]:
     """(item, next item or None) pairs, so the caller knows where a micro-batch ends."""
     current = next(items, None)
@@ -173,6 +197,9 @@ class Trainer:
                             ("iterations", cfg.iterations), ("prompts_per_iter", cfg.prompts_per_iter)):
             if value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
+        if cfg.finetune.optimizer_steps is not None and (cfg.finetune.optimizer_steps < 1 or cfg.finetune.grad_accum != 1):
+            raise ConfigError(f"finetune.optimizer_steps={cfg.finetune.optimizer_steps} must be >= 1 and needs "
+                              f"finetune.grad_accum 1 (got {cfg.finetune.grad_accum})")
         self.cfg = cfg
         self.dist = dist or init_distributed(cfg.world_size, resolve_device(cfg.device).type)
         self.store = store if self.dist.is_main else FollowerStore(store)
@@ -183,7 +210,16 @@ class Trainer:
         _seed_everything(cfg.seed)  # LoRA's initial A matrices come from the global RNG
 
         method_cls = get_method(cfg.method)
-        method_config = validate_method_config(cfg.method, cfg.method_config)
+        from solbench.models import resolve_micro_batches
+
+        # micro-batches: the model's defaults where unset; micro_batch.train is the method's micro_batch_size
+        self.micro_batch = resolve_micro_batches(cfg.model.name, dataclasses.asdict(cfg.micro_batch),
+                                                 cfg.method_config.get("micro_batch_size"))
+        method_fields = {f.name for f in dataclasses.fields(method_cls.Config)}
+        method_overrides = dict(cfg.method_config)
+        if "micro_batch_size" in method_fields:
+            method_overrides["micro_batch_size"] = self.micro_batch["train"]
+        method_config = validate_method_config(cfg.method, method_overrides)
         self.method: Method = method_cls(method_config, RunInfo(
             prompts_per_iter=cfg.prompts_per_iter, steps=cfg.sampling.steps, shift=cfg.sampling.shift,
             guidance=cfg.sampling.guidance, finetune_mode=cfg.finetune.mode, world_size=cfg.world_size))
@@ -193,9 +229,20 @@ class Trainer:
         self.nets = build_policy_nets(cfg, self.adapter, method_cls.nets, explore_source=method_cls.rollout_net,
                                       explore=explore)
         self.timer = PhaseTimer()
-        self.engine = Engine(self.adapter, self.nets, reward_registry.RewardSet(cfg.rewards, self.device),
+        # One instance per reward name, shared by the training sum and evaluation (one copy of each
+        # reward model per rank), loaded now: missing weights stop the run at launch, not at step 0's eval.
+        self.reward_models = {name: reward_registry.get(name, self.device)
+                              for name in dict.fromkeys([*cfg.rewards, *cfg.eval.rewards])}
+        for reward in self.reward_models.values():
+            if self.micro_batch["reward"] and isinstance(getattr(reward, "batch_size", None), int):
+                reward.batch_size = self.micro_batch["reward"]  # the model rewards' own chunking
+            if callable(getattr(reward, "load", None)):
+                reward.load()
+        self.engine = Engine(self.adapter, self.nets,
+                             reward_registry.RewardSet(cfg.rewards, self.device, rewards=self.reward_models),
                              self.timer, cfg.seed, self.device,
                              explore_recipe=(cfg.quant.recipe if explore is None else "identity") if uses_explore else None,
+                             micro_batch=self.micro_batch["rollout"], reward_micro_batch=self.micro_batch["reward"],
                              dist=self.dist)
         self.params = self.nets.trainable("policy")
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.finetune.lr, betas=tuple(cfg.finetune.adam_betas),
@@ -206,8 +253,11 @@ class Trainer:
             raise ConfigError(f"prompts_per_iter={cfg.prompts_per_iter} exceeds the {len(self.train_prompts)} "
                               f"prompts of {cfg.train_prompts!r}")
         eval_prompts = load_prompt_set(cfg.eval.prompts)
+        if cfg.eval.n_prompts and cfg.eval.n_prompts > len(eval_prompts):  # never silently fewer
+            raise ConfigError(f"eval.n_prompts={cfg.eval.n_prompts} exceeds the {len(eval_prompts)} prompts of "
+                              f"{cfg.eval.prompts!r}")
         self.eval_prompts = eval_prompts[: cfg.eval.n_prompts] if cfg.eval.n_prompts else eval_prompts
-        self.eval_rewards = {name: reward_registry.get(name, self.device) for name in cfg.eval.rewards}
+        self.eval_rewards = {name: self.reward_models[name] for name in cfg.eval.rewards}
 
         self.step = 0
         self.wall_s = 0.0
@@ -226,7 +276,12 @@ class Trainer:
         else:
             self.store.truncate_after(-1)
             self.evaluate()  # step 0: the base model
+        # a run resumed at its last step (killed after its final checkpoint) evaluates nothing more:
+        # its final eval is the one already in the table
         final_eval: dict[str, float] = {}
+        if self.step == cfg.iterations:
+            final_eval = {row["metric"]: row["value"] for row in self.store.read("metrics")
+                          if row["split"] == "eval" and row["step"] == self.step}
         while self.step < cfg.iterations:
             self.step += 1
             self.train_iteration()
@@ -249,15 +304,40 @@ class Trainer:
         start = time.perf_counter()
         records = self.draw_prompts(step)
         it = Iteration(step=step, stream=f"train/{step}", generator=_seeded_generator(self.cfg.seed, "method", step))
-        batch = self.method.collect(self.engine, [r.id for r in records], [r.text for r in records], it)
+        with self._name_nonfinite("sampling or scoring the training batch"):
+            batch = self.method.collect(self.engine, [r.id for r in records], [r.text for r in records], it)
+        self.check_rewards(batch)
         with self.engine.phase("train", precision="full"):
             stats = self.optimize(batch, it)
         self.method.after_update(self.nets, step)
         if "explore" in self.nets:
-            self.engine.sync_explore_copy()
+            with self._name_nonfinite("syncing the explore copy"):
+                self.engine.sync_explore_copy()
         self.wall_s += time.perf_counter() - start
         self.images_seen += batch.n_images
         self.record_iteration(batch, stats)
+
+    def check_rewards(self, batch: Batch) -> None:
+        """A NaN reward would rank first in selection and poison the advantages: stop instead."""
+        bad = [c for c in batch.candidates if not math.isfinite(c.reward)]
+        if bad:
+            first = bad[0]
+            raise NonFiniteLossError(
+                f"{self.cfg.method}: {len(bad)} of {len(batch.candidates)} candidates have a non-finite reward at "
+                f"step {self.step} (run {self.store.run_id}), first: prompt {first.prompt_id}, candidate "
+                f"{first.cand_idx}, {first.precision} precision, reward {first.reward} (rewards: "
+                f"{', '.join(self.cfg.rewards)}); stopping before training on it")
+
+    @contextlib.contextmanager
+    def _name_nonfinite(self, doing: str) -> Iterator[None]:
+        """The quantizer's NaN/inf error (e.g. from the explore copy) with the step and run it happened in."""
+        from solbench.quant.formats import NonFiniteError
+
+        try:
+            yield
+        except NonFiniteError as err:
+            raise NonFiniteLossError(f"{self.cfg.method}: non-finite values while {doing} at step {self.step} "
+                                     f"(run {self.store.run_id}): {err}") from err
 
     def optimize(self, batch: Batch, it: Iteration) -> dict[str, float]:
         """Backward over the method's chunks with accumulation; optimizer and EMA steps; NaN checks.
@@ -270,6 +350,7 @@ class Trainer:
         # grad_accum counts micro-batches per rank (as in the reference scripts): an optimizer step
         # follows grad_accum x world_size micro-batches of the global batch
         accum = max(1, int(self.cfg.finetune.grad_accum)) * dist.world_size
+        steps_per_iter = self.cfg.finetune.optimizer_steps  # or: split the micro-batches into this many steps
         self.optimizer.zero_grad(set_to_none=True)
         computed: list[tuple[int, int, float, dict[str, float]]] = []  # (chunk, micro-batch, loss x weight, logs)
         grad_norms: list[float] = []
@@ -279,8 +360,11 @@ class Trainer:
             if index % dist.world_size == dist.rank and error is None:
                 loss, chunk_logs = self.method.loss(self.engine, chunk)
                 if torch.isfinite(loss).all():
-                    group_start = (chunk.micro_batch // accum) * accum
-                    per_step = min(accum, chunk.n_micro_batches - group_start)
+                    if steps_per_iter:
+                        per_step = len(step_group(chunk.micro_batch, chunk.n_micro_batches, steps_per_iter))
+                    else:
+                        group_start = (chunk.micro_batch // accum) * accum
+                        per_step = min(accum, chunk.n_micro_batches - group_start)
                     (loss * (chunk.weight / per_step)).backward()
                     computed.append((index, chunk.micro_batch, float(loss.detach()) * chunk.weight, chunk_logs))
                 else:
@@ -290,8 +374,12 @@ class Trainer:
             if upcoming is not None and upcoming.micro_batch == chunk.micro_batch:
                 continue
             done += 1
-            if done % accum and upcoming is not None:
-                continue
+            if upcoming is not None:
+                if steps_per_iter:
+                    if upcoming.micro_batch in step_group(chunk.micro_batch, chunk.n_micro_batches, steps_per_iter):
+                        continue
+                elif done % accum:
+                    continue
             grad_norms.append(self.optimizer_step(chunk, error))
         if dist.enabled:
             computed = sorted((c for part in dist.gather_objects(computed) for c in part), key=lambda c: c[0])
@@ -321,8 +409,23 @@ class Trainer:
                 f"{chunk.micro_batch} (run {self.store.run_id}); stopping instead of skipping the update")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.check_weights(chunk)
         self.nets.ema_step()
         return float(norm)
+
+    def check_weights(self, chunk: Chunk) -> None:
+        """Stop when the update left a trained weight non-finite or diverged (|w| > WEIGHT_LIMIT).
+
+        Checked after every optimizer step, before the EMA and any checkpoint take the weights, so
+        the last checkpoint of a run stopped here is finite and from before the divergence.
+        """
+        largest = float(torch.nn.utils.get_total_norm([p.detach() for p in self.params], norm_type=math.inf))
+        if math.isfinite(largest) and largest <= WEIGHT_LIMIT:  # inf-norm = max |w|; NaN propagates
+            return
+        raise NonFiniteLossError(
+            f"{self.cfg.method}: the weights diverged at step {self.step}, after micro-batch {chunk.micro_batch}: "
+            f"max |w| = {largest:.3g} (limit {WEIGHT_LIMIT:.0e}) (run {self.store.run_id}); stopping before they "
+            "are checkpointed (the last checkpoint is the previous one); lower finetune.lr or grad_clip")
 
     # -- evaluation ---------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
@@ -338,14 +441,17 @@ class Trainer:
         sampler = SamplerSpec("euler", cfg.sampling.eval_steps, guidance=cfg.sampling.guidance, shift=cfg.sampling.shift)
         rollout = self.engine.sample(ids, texts, cand, net=net, sampler=sampler, phase="eval", stream="eval")
         metrics: dict[str, float] = {}
+        samples: list[dict[str, Any]] = []  # one row per (reward, prompt, eval seed): the report's paired comparisons
         with self.engine.phase("eval", precision="full", n_images=len(ids)):
             for name, reward in self.eval_rewards.items():
                 scores = self.engine.score_with(reward, rollout)[0].double()
                 metrics[name] = float(scores.mean())
+                samples += [dict(self._metric_row("eval_sample", name, value), prompt_id=pid, eval_seed=c)
+                            for pid, c, value in zip(ids, cand, scores.tolist())]
                 for skill in sorted({s for s in skills if s is not None}):  # .txt prompt sets have none
                     mask = torch.tensor([s == skill for s in skills])
                     metrics[f"{name}/{skill}"] = float(scores[mask].mean())
-        self.store.append("metrics", [self._metric_row("eval", k, v) for k, v in metrics.items()])
+        self.store.append("metrics", [self._metric_row("eval", k, v) for k, v in metrics.items()] + samples)
         self._flush_timings()
         if not self.dist.is_main:
             return metrics

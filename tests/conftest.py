@@ -18,3 +18,16 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 def _seed_everything():
     torch.manual_seed(0)
     yield
+
+
+
+def pytest_report_header(config):
+    """The CPU the tests ran on: bit-identity across ranks is asserted only where its kernels
+    compute a sample alike in any batch (tests/_cpu.py)."""
+    import platform
+
+    model = platform.processor()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
+    return f"cpu: {model}"

@@ -11,12 +11,30 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_rollout_benchmark_prints_one_row_per_precision_and_batch():
     out = subprocess.run(
         [sys.executable, "benchmarks/rollout.py", "--steps", "1", "--repeats", "1", "--batches", "1,4",
-         "--precisions", "fp32,nvfp4", "--threads", "1"],
+         "--precisions", "fp32,nvfp4", "--threads", "1", "--load", "both"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True).stdout
-    header = next(line for line in out.splitlines() if "precision" in line and "engine overhead" in line)
-    assert "row padding" in header
+    assert "CPU: " in out  # the CPU model goes with every table
     progress = [line.split() for line in out.splitlines() if line.split()[:1] in (["fp32"], ["nvfp4"])]
     assert [(row[0], row[1]) for row in progress] == [("fp32", "1"), ("fp32", "4"), ("nvfp4", "1"), ("nvfp4", "4")]
     for row in progress:
-        images_per_s, overhead = float(row[2]), float(row[-1].rstrip("%"))
-        assert images_per_s > 0 and 0 <= overhead < 100
+        # precision, batch, images/s quiet (best/median), % GEMM, images/s loaded, % GEMM, GEMM GFLOP/s,
+        # bare fwd, engine fwd, row padding, overhead
+        assert len(row) == 11
+        quiet, loaded = (float(cell.split("/")[0]) for cell in (row[2], row[4]))
+        overhead = float(row[-1].rstrip("%"))
+        assert quiet > 0 and loaded > 0 and 0 <= overhead < 100
+        assert float(row[6]) > 0  # the GEMM rate measured with the repeats, not assumed
+
+
+def test_busy_load_stops_its_processes():
+    """Catches: the "loaded" column's busy-loop processes outliving the benchmark (a stray spinner
+    would slow everything after it, every later "quiet" column included)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from _load import busy_load
+    finally:
+        sys.path.pop(0)
+
+    with busy_load(2) as workers:
+        assert len(workers) == 2 and all(w.poll() is None for w in workers)  # running
+    assert all(w.poll() is not None for w in workers)  # stopped and reaped

@@ -143,7 +143,8 @@ def test_packages_transformer_engine_required_only_by_native_backends(monkeypatc
     monkeypatch.setattr(doctor.importlib.util, "find_spec", lambda name: None)
     assert _te_row(doctor.check_packages(cuda_available=False)).status == WARN
     row = _te_row(doctor.check_packages(cuda_available=True, need_te=True))
-    assert row.status == FAIL and "[gpu]" in row.fix
+    # TE's documented install: the torch extension is compiled against the installed torch
+    assert row.status == FAIL and "pip install --no-build-isolation 'transformer_engine[pytorch]" in row.fix
     rows = doctor.check_packages(cuda_available=False)
     assert next(r for r in rows if r.item == "torch").detail.startswith(torch.__version__)
     assert next(r for r in rows if r.item == "transformers").status == OK
@@ -192,7 +193,8 @@ def test_model_weights_gated_missing_and_local_directory(tmp_path):
                                                            cache_dir=tmp_path)}
     assert rows["tiny"].status == OK
     assert rows["flux"].status == FAIL and "Gated" in rows["flux"].detail
-    assert rows["flux"].fix == "hf download black-forest-labs/FLUX.1-dev"
+    assert rows["flux"].fix == ("hf download black-forest-labs/FLUX.1-dev --exclude 'flux1-dev.safetensors' "
+                                "--exclude 'ae.safetensors'")  # the single-file checkpoints, 24 GB unused
     local = tmp_path / "sana"
     for name in ("model_index.json", "transformer/config.json", "transformer/diffusion_pytorch_model.safetensors",
                  "vae/config.json"):
@@ -254,18 +256,89 @@ def test_spec_needs_matrix_of_models(tmp_path, monkeypatch):
 
 
 def test_memory_estimates_and_rows():
-    needs = doctor.SpecNeeds(models={"flux": None}, rewards={"pickscore"}, formats={"NVFP4"}, gpu=True)
-    mw = doctor.MODEL_WEIGHTS["flux"]
-    expected = (mw.transformer_b + mw.frozen_b) * 2 + mw.transformer_b * 4.5 / 8 + mw.activations_gb + 0.99 * 4
-    assert doctor.estimate_gpu_gb(needs) == pytest.approx(expected, abs=0.06)
+    needs = doctor.SpecNeeds(models={"flux": None}, rewards={"pickscore"}, formats={"NVFP4"}, gpu=True, explore=True,
+                             micro_batch={"rollout": 8, "reward": 16, "train": 4})
+    items = dict(doctor.memory_items(needs, "flux"))
+    assert items["weights/policy: policy transformer (bf16, shared by every full-precision role)"] == 23.8
+    total = doctor.estimate_gpu_gb(needs)
+    acts = [gb for k, gb in items.items() if k.startswith("activations/")]
+    assert total == pytest.approx(sum(items.values()) - sum(acts) + max(acts), abs=0.15)
     assert doctor.estimate_gpu_gb(doctor.SpecNeeds(models={"tiny": None})) == 0.0
     big = doctor.check_memory(needs, FakeCuda(B200), host=(500.0, 512.0))
-    assert [(r.item, r.status) for r in big] == [("cuda:0", OK), ("host", OK)]
+    assert [(r.item, r.status) for r in big if r.status != INFO] == [("cuda:0", OK), ("host", OK)]
+    assert {r.item for r in big} >= {"flux/weights/policy", "flux/weights/explore_copy", "flux/weights/rewards",
+                                      "flux/activations/train", "flux/total"}
     small = doctor.check_memory(needs, FakeCuda(SMALL_B200), host=(10.0, 16.0))
-    assert [(r.item, r.status) for r in small] == [("cuda:0", FAIL), ("host", WARN)]
-    assert "spec needs ~" in small[0].detail
+    assert [(r.item, r.status) for r in small if r.status != INFO] == [("cuda:0", FAIL), ("host", WARN)]
+    assert "spec needs ~" in next(r for r in small if r.item == "cuda:0").detail
+    # no GPU: the gpu section says so once; memory adds no second "GPU missing" row
     cpu = doctor.check_memory(needs, FakeCuda(), host=(10.0, 16.0))
-    assert cpu[0].item == "GPU" and cpu[0].status == FAIL
+    assert not [r for r in cpu if r.status == FAIL] and "GPU" not in {r.item for r in cpu}
+
+
+def _item(items, key):
+    return next(gb for name, gb in items if name.startswith(key + ":"))
+
+
+def test_memory_items_follow_every_setting():
+    """Each term moves with what it depends on: catches a copy counted twice or a setting ignored."""
+    base = doctor.MemoryProfile(model="flux", resolution=512, rollout=8, reward=16, train=4, explore=True,
+                                formats=frozenset({"NVFP4"}), rewards=frozenset({"pickscore", "imagereward"}))
+    items = doctor.memory_items(base)
+    # one transformer in bf16, LoRA adapters on the side, and NVFP4 explore weights (4.5 bits): no merge
+    # target and no BF16 shadow of the explore copy
+    assert _item(items, "weights/policy") == 23.8 and _item(items, "weights/explore_copy") < 7.0
+    fp8 = doctor.memory_items(doctor.dataclasses.replace(base, formats=frozenset({"FP8"})))
+    assert _item(fp8, "weights/explore_copy") == pytest.approx(2 * _item(items, "weights/explore_copy") * 8 / 9, abs=0.2)
+    assert "weights/explore_copy" not in {n.split(":")[0] for n, _ in
+                                          doctor.memory_items(doctor.dataclasses.replace(base, explore=False))}
+    # rewards: one instance each (a reward both trained on and evaluated counts once)
+    assert _item(items, "weights/rewards") == pytest.approx((0.99 + 0.47) * 4, abs=0.1)
+    double = doctor.memory_items(doctor.dataclasses.replace(base, train=8, rollout=16))
+    assert _item(double, "activations/train") == pytest.approx(2 * _item(items, "activations/train"), abs=0.1)
+    assert _item(double, "activations/rollout") == pytest.approx(2 * _item(items, "activations/rollout"), abs=0.15)
+    offload = doctor.memory_items(doctor.dataclasses.replace(base, cpu_offload=True))
+    assert _item(offload, "weights/frozen") == 0.0 and _item(offload, "activations/offload") == 9.8
+    hi = doctor.memory_items(doctor.dataclasses.replace(base, resolution=1024))
+    assert _item(hi, "activations/train") > 3 * _item(items, "activations/train")
+
+
+def test_doctor_json_itemises_flux_main_per_rank(capsys):
+    from solbench import cli
+
+    cli.main(["doctor", "experiments/flux_main.yaml", "--json"])
+    rows = [r for r in json.loads(capsys.readouterr().out) if r["section"] == "memory" and r["item"].startswith("flux/")]
+    by_item = {r["item"]: r for r in rows}
+    for key in ("weights/policy", "weights/lora", "weights/explore_copy", "weights/frozen", "weights/rewards",
+                "caches/prompt_embeddings", "activations/rollout", "activations/decode", "activations/reward",
+                "activations/train", "overhead/cuda", "total"):
+        assert by_item[f"flux/{key}"]["gb"] is not None, key
+    assert "16 samples" in by_item["flux/activations/train"]["detail"]  # the spec's micro_batch.train
+    assert "imagereward" in by_item["flux/weights/rewards"]["detail"]
+    parts = [r["gb"] for k, r in by_item.items() if k not in ("flux/total", "flux/largest_run")]
+    acts = [r["gb"] for k, r in by_item.items() if k.startswith("flux/activations/")]
+    assert by_item["flux/total"]["gb"] == pytest.approx(sum(parts) - sum(acts) + max(acts), abs=0.2)
+    assert "B200 (180 GB) fits" in by_item["flux/total"]["detail"]
+
+
+def test_prompt_files_are_checked(tmp_path):
+    (tmp_path / "train.txt").write_text("a cat\na dog\n")
+    needs = doctor.SpecNeeds(prompt_files={str(tmp_path / "train.txt"), str(tmp_path / "missing.txt")})
+    rows = {r.item: r for r in doctor.check_prompt_files(needs)}
+    assert rows[str(tmp_path / "train.txt")].status == OK and "2 prompts" in rows[str(tmp_path / "train.txt")].detail
+    missing = rows[str(tmp_path / "missing.txt")]
+    assert missing.status == FAIL and "Prompt sets" in missing.fix
+    assert doctor.spec_needs("experiments/flux_main.yaml").prompt_files == {"data/pickscore/train.txt",
+                                                                            "data/pickscore/test.txt"}
+
+
+def test_model_download_commands_exclude_unused_checkpoints():
+    assert doctor.model_download_command("black-forest-labs/FLUX.1-dev") == (
+        "hf download black-forest-labs/FLUX.1-dev --exclude 'flux1-dev.safetensors' --exclude 'ae.safetensors'")
+    from solbench.rewards.real import download_command
+
+    # hf download reads `--include a b` as pattern a plus a file b: each pattern needs its own flag
+    assert download_command("x/y", ("*.json", "*.txt")) == "hf download x/y --include '*.json' --include '*.txt'"
 
 
 def test_check_spec_native_formats():
@@ -293,7 +366,10 @@ def test_run_checks_flux_spec_on_blackwell_with_weights_passes(tmp_path):
     # the same spec on a CPU-only machine with an empty cache: GPU, weights and memory fail
     rows = doctor.run_checks(spec, cuda=FakeCuda(), cache_dir=tmp_path / "empty")
     failed = {(r.section, r.item) for r in rows if r.status == FAIL}
-    assert {("gpu", "GPU"), ("models", "flux"), ("rewards", "pickscore"), ("memory", "GPU")} <= failed
+    assert {("gpu", "GPU"), ("models", "flux"), ("rewards", "pickscore")} <= failed
+    assert [r.item for r in rows if "GPU" in r.item or "no CUDA" in r.detail].count("GPU") == 1  # reported once
+    flux = next(r for r in rows if r.section == "models" and r.item == "flux")
+    assert "--exclude 'flux1-dev.safetensors'" in flux.fix
     assert doctor.exit_code(rows) == 1
 
 
@@ -317,3 +393,47 @@ def test_cli_doctor_table_and_json(tmp_path, capsys):
     assert {"section", "item", "status", "detail", "fix"} <= set(rows[0])
     flux = next(r for r in rows if r["item"] == "flux")
     assert flux["status"] == FAIL and code == 1
+
+
+def test_cli_doctor_rows_fit_80_columns(tmp_path, capsys, monkeypatch):
+    from solbench import cli
+
+    monkeypatch.setenv("COLUMNS", "80")
+    cli.main(["doctor", "experiments/flux_main.yaml", "--cache-dir", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines if not line.startswith(tuple("0123456789"))) <= 80
+    # a row with a fix takes its detail lines plus the fix lines, not 4 to 8 folded table lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("  fail flux:"))
+    assert lines[start + 3].startswith("       fix: hf download black-forest-labs/FLUX.1-dev") or \
+        lines[start + 2].startswith("       fix: hf download black-forest-labs/FLUX.1-dev")
+
+
+def test_packages_te_installed_but_not_importing_is_reported_with_the_error(monkeypatch):
+    """doctor imports transformer_engine.pytorch itself: an installed TE built against another torch or
+    CUDA fails there, and the row carries TE's error and the documented reinstall command."""
+    monkeypatch.setattr(doctor, "_version", lambda d: "2.8.0" if "engine" in d else "1.0")
+    monkeypatch.setattr(doctor, "te_import_error", lambda: "OSError: libcudnn.so.9: cannot open shared object file")
+    row = _te_row(doctor.check_packages(cuda_available=True, need_te=True))
+    assert row.status == FAIL and "libcudnn.so.9" in row.detail and "--no-build-isolation" in row.fix
+    monkeypatch.setattr(doctor, "te_import_error", lambda: None)
+    assert _te_row(doctor.check_packages(cuda_available=True, need_te=True)).status == OK
+
+
+def test_memory_counts_cfg_forwards_from_the_runs_guidance(tmp_path):
+    # Bug caught: the doctor doubling activations for every SD3/SANA run (the model's CFG flag) while
+    # the NFT family there runs at guidance 1.0, one forward per sample; and the reverse for FlowGRPO.
+    path = tmp_path / "g.yaml"
+    path.write_text("""
+        name: g
+        base: {model: {name: sd3}, rewards: {clipscore: 1.0}, world_size: 8, sampling: {guidance: 1.0}}
+        matrix: {method: [diffusion_nft]}
+    """.replace("\n        ", "\n"))
+    one = doctor.spec_needs(path).profiles[0]
+    assert one.cfg is False
+    two = doctor.dataclasses.replace(one, cfg=None)  # guidance unset: SD3's default CFG 4.5
+    rows_one, rows_two = dict(doctor.memory_items(one)), dict(doctor.memory_items(two))
+    train_one = next(gb for k, gb in rows_one.items() if k.startswith("activations/train"))
+    train_two = next(gb for k, gb in rows_two.items() if k.startswith("activations/train"))
+    assert train_two == pytest.approx(2 * train_one, rel=0.02)
+    assert any("x 1 forward(s)" in k for k in rows_one) and any("x 2 forward(s)" in k for k in rows_two)
+    assert doctor._runs_cfg("sd3", 4.5) is True and doctor._runs_cfg("flux", 3.5) is False

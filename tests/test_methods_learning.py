@@ -22,8 +22,9 @@ under a perfect velocity (the last step t = 0.25 -> 0 alone adds a sqrt(t (-dt) 
 prompts and the 4-step run gained only 0.312 -> 0.341; at 10 steps they score 0.39 (Euler 0.49).
 Seeds 1-4 at 10 steps: +0.076, -0.041, +0.064, +0.136 (4 steps, kl_beta 0, clip 0.2: +0.029,
 -0.061, -0.023, +0.156; diffusion_nft: +0.123, +0.012, +0.051, +0.114). KL and clip barely matter
-here: one optimizer step per iteration on exactly on-policy log-probs clips nothing (clip_frac 0),
-and the KL stays ~1e-4 (kl_beta 0 / clip 0.2 gives 0.394 instead of 0.388). Evaluation is the
+here: one optimizer step per iteration on exactly on-policy log-probs clips nothing (clip_frac 0;
+with finetune.optimizer_steps 2, the reference's schedule that the real specs use, the second half of
+the batch trains off-policy and the clip acts: tests/test_methods_schedule.py), and the KL stays ~1e-4 (kl_beta 0 / clip 0.2 gives 0.394 instead of 0.388). Evaluation is the
 Euler ODE at eval_steps = 4 as for every method (the reference evaluates with noise_level 0).
 """
 

@@ -98,7 +98,7 @@ def test_nft_loss_and_gradient(name):
     method = method_instance(name, beta=beta, kl_beta=kl_beta)
     engine = toy_engine()
     chunk = Chunk(data={"x0": torch.tensor(X0), "t": torch.tensor(T), "eps": torch.tensor(EPS),
-                        "advantages": torch.tensor(adv), "prompts": ["a", "a"]},
+                        "advantages": torch.tensor(adv), "prompts": ["a", "a"], "guidance": 1.0},
                   micro_batch=0, n_micro_batches=1, weight=1.0)
     loss, logs = method.loss(engine, chunk)
 
@@ -120,15 +120,16 @@ def test_nft_loss_and_gradient(name):
     assert logs["kl"] == pytest.approx(float(((v.detach() - v_ref) ** 2).mean()), rel=1e-5)
 
 
-def test_awm_loss_and_gradient_closed_form():
-    """L = mean(A' d) + kl_beta |v - v_ref|^2 + slow_beta |v - v_slow|^2, A' = clip(A, 5) / 5."""
+@pytest.mark.parametrize("advantage_max", [1.0, 0.5])
+def test_awm_loss_and_gradient_closed_form(advantage_max):
+    """L = mean(A' d) + kl_beta |v - v_ref|^2 + slow_beta |v - v_slow|^2, A' = clip(A, 5) / 5 * advantage_max."""
     kl_beta, slow_beta = 0.01, 0.5
     adv = [2.5, -6.0]
-    method = method_instance("awm", kl_beta=kl_beta, slow_beta=slow_beta)
+    method = method_instance("awm", kl_beta=kl_beta, slow_beta=slow_beta, advantage_max=advantage_max)
     engine = toy_engine()
     t = [0.6, 0.6]
     chunk = Chunk(data={"x0": torch.tensor(X0), "t": torch.tensor(t), "eps": torch.tensor(EPS),
-                        "advantages": torch.tensor(adv), "prompts": ["a", "b"]},
+                        "advantages": torch.tensor(adv), "prompts": ["a", "b"], "guidance": 1.0},
                   micro_batch=0, n_micro_batches=1, weight=1.0)
     loss, _ = method.loss(engine, chunk)
 
@@ -138,7 +139,7 @@ def test_awm_loss_and_gradient_closed_form():
     v = f64_velocity(w, c, xt, tt)
     v_ref = f64_velocity(f64(W_REF), f64(C_REF), xt, tt)
     v_slow = f64_velocity(f64(W_OLD), f64(C_OLD), xt, tt)  # the slow copy is the "old" role
-    a = torch.tensor([0.5, -1.0], dtype=torch.float64)
+    a = torch.tensor([0.5, -1.0], dtype=torch.float64) * advantage_max
     target = eps - x0
     d = ((v - target) ** 2).mean(1)
     expected = (a * d).mean() + kl_beta * ((v - v_ref) ** 2).mean() + slow_beta * ((v - v_slow) ** 2).mean()
@@ -200,6 +201,9 @@ def test_flow_grpo_loss_and_gradient():
 
     assert_loss_and_grad(engine, loss, expected, w, c)
     assert logs["clip_frac"] == 0.5
+    assert logs["approx_kl"] == pytest.approx(0.5 * (0.1**2 + 0.5**2) / 2, rel=1e-4)
+    assert logs["kl"] == pytest.approx(float(kl.detach()), rel=1e-4)
+    assert logs["policy_loss"] == pytest.approx(float(policy.detach()), rel=1e-5)
 
 
 def dance_mean_std(x, v, t, t_next, eta):
@@ -209,8 +213,11 @@ def dance_mean_std(x, v, t, t_next, eta):
     return x + dsigma * v - 0.5 * eta**2 * dsigma * score, eta * math.sqrt(-dsigma)
 
 
-def test_dance_grpo_loss_and_gradient_per_sample_steps():
-    """Each sample at its own step (0 and 2); PPO clip, no KL."""
+@pytest.mark.parametrize("offsets", [(0.05, 0.05), (0.05, -0.5), (-0.3, 0.05)])
+def test_dance_grpo_loss_and_gradient_per_sample_steps(offsets):
+    """Each sample at its own step (0 and 2); PPO clip, no KL. Offsets of the old log-probs: both ratios
+    inside the clip range; sample 1 at e^0.5 > 1.2 with A > 0 (clipped, no gradient); sample 0 at
+    e^0.3 with A < 0 (the unclipped term is the larger loss: it keeps its gradient)."""
     eta, clip = 0.3, 0.2
     steps = [0, 2]
     x = [[0.2, -0.4, 1.0], [0.9, 0.1, -0.6]]
@@ -226,14 +233,14 @@ def test_dance_grpo_loss_and_gradient_per_sample_steps():
     v0 = f64_velocity(w0, c0, xt, tt)
     for i, s in enumerate(steps):
         m, sd = dance_mean_std(xt[i:i + 1], v0[i:i + 1], float(SIGMAS[s]), float(SIGMAS[s + 1]), eta)
-        old.append(gaussian_logp(xn[i:i + 1], m, sd) + 0.05)  # ratio e^-0.05, inside the clip range
+        old.append(gaussian_logp(xn[i:i + 1], m, sd) + offsets[i])
     old = torch.cat(old).float()
 
     chunk = Chunk(data={"x": torch.tensor(x), "x_next": torch.tensor(x_next), "steps": steps, "sigmas": SIGMAS,
                         "old_log_prob": old, "advantages": torch.tensor(adv), "prompts": ["a", "b"],
                         "guidance": None},
                   micro_batch=0, n_micro_batches=1, weight=1.0)
-    loss, _ = method.loss(engine, chunk)
+    loss, logs = method.loss(engine, chunk)
 
     w, c = f64_params(requires_grad=True)
     v = f64_velocity(w, c, xt, tt)
@@ -245,6 +252,10 @@ def test_dance_grpo_loss_and_gradient_per_sample_steps():
     adv64 = f64(adv)
     expected = torch.maximum(-adv64 * ratio, -adv64 * ratio.clamp(1 - clip, 1 + clip)).mean()
     assert_loss_and_grad(engine, loss, expected, w, c)
+    log_ratio = -torch.tensor(offsets, dtype=torch.float64)
+    assert logs["clip_frac"] == pytest.approx(float((log_ratio.exp() - 1).abs().gt(clip).double().mean()))
+    assert logs["approx_kl"] == pytest.approx(float(0.5 * (log_ratio**2).mean()), rel=1e-4)
+    assert logs["policy_loss"] == pytest.approx(float(expected.detach()), rel=1e-5)
 
 
 class FakeNets:

@@ -40,7 +40,16 @@ def test_paper_defaults():
     assert (grpo.group_size, grpo.clip_range, grpo.noise_level, grpo.kl_beta, grpo.timestep_fraction) == (24, 1e-4, 0.7, 0.04, 0.99)
     dance = get_method("dance_grpo").Config()
     assert (dance.group_size, dance.eta, dance.shift, dance.timestep_fraction, dance.shared_noise) == (12, 0.3, 3.0, 0.6, True)
-    assert get_method("awm").Config().train_timesteps == 6
+    awm = get_method("awm").Config()
+    assert (awm.group_size, awm.sampler, awm.noise_level, awm.train_timesteps, awm.timestep_fraction) == (
+        24, "awm_sde", 0.4, 6, 0.9)
+    assert (awm.adv_clip, awm.advantage_max, awm.global_std, awm.kl_beta, awm.slow_beta) == (5.0, 1.0, True, 1e-3, 1.0)
+    assert (awm.slow_decay_rate, awm.slow_decay_max, awm.micro_batch_size) == (0.001, 0.3, None)
+    nft = get_method("diffusion_nft").Config()
+    assert (nft.group_size, nft.beta, nft.kl_beta, nft.adv_clip, nft.loss_scale, nft.global_std) == (24, 1.0, 1e-4, 5.0, 5.0, True)
+    assert (nft.timestep_fraction, nft.sampler, nft.micro_batch_size) == (0.99, "dpm2", None)
+    assert (grpo.sampler, grpo.adv_clip, grpo.global_std, grpo.same_latent) == ("flowgrpo_sde", 5.0, True, False)
+    assert (dance.clip_range, dance.adv_clip, dance.micro_batch_size) == (1e-4, 5.0, None)
     assert get_method("sol_rl").nets == {"old", "reference", "explore"}
     assert "explore" not in get_method("naive_scaling").nets
 
@@ -63,6 +72,29 @@ def test_unknown_method_suggests_close_names():
 def test_invalid_method_config_fails_clearly(values, message):
     with pytest.raises(ConfigError, match=message):
         validate_method_config("sol_rl", values)
+
+
+# (method, field, smallest valid value, largest invalid value): each Config's checks at their boundary
+BOUNDARIES = [
+    ("sol_rl", "explore_steps", 1, 0), ("sol_rl", "k", 2, 1), ("sol_rl", "beta", 1e-6, 0.0),
+    ("sol_rl", "timestep_fraction", 1e-3, 0.0), ("diffusion_nft", "group_size", 2, 1),
+    ("diffusion_nft", "micro_batch_size", 1, 0), ("flow_grpo", "group_size", 2, 1),
+    ("flow_grpo", "noise_level", 1e-3, 0.0), ("dance_grpo", "eta", 1e-3, 0.0), ("dance_grpo", "group_size", 2, 1),
+    ("awm", "train_timesteps", 1, 0), ("awm", "group_size", 2, 1), ("awm", "timestep_fraction", 1e-3, 0.0),
+    ("flow_grpo", "timestep_fraction", 1e-3, 0.0), ("dance_grpo", "timestep_fraction", 1e-3, 0.0),
+]
+
+
+@pytest.mark.parametrize("name,field,valid,invalid", BOUNDARIES)
+def test_config_checks_sit_at_their_boundaries(name, field, valid, invalid):
+    """Catches an off-by-one in a Config check (e.g. explore_steps <= 1 rejecting the valid 1)."""
+    assert getattr(validate_method_config(name, {field: valid}), field) == valid
+    with pytest.raises(ConfigError, match=field):
+        validate_method_config(name, {field: invalid})
+    if field == "timestep_fraction":
+        assert validate_method_config(name, {field: 1.0}).timestep_fraction == 1.0
+        with pytest.raises(ConfigError, match=field):
+            validate_method_config(name, {field: 1.01})
 
 
 def test_valid_overrides_are_coerced():

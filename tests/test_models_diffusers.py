@@ -186,5 +186,5 @@ def test_missing_weights_name_the_model_and_how_to_get_them(name, model_id):
     with pytest.raises(MissingWeightsError) as err:
         build_adapter(ModelConfig(name=name), "cpu")
     message = str(err.value)
-    assert model_id in message and f"huggingface-cli download {model_id}" in message
+    assert model_id in message and f"hf download {model_id}" in message and "huggingface-cli" not in message
     assert ("gated" in message) == (name != "sana")

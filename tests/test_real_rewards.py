@@ -215,7 +215,7 @@ def test_missing_hub_weights_raise_with_repo_and_command():
         r(_images(1), ["a cat"])
     msg = str(err.value)
     assert "solbench-test/absent-pickscore" in msg
-    assert "hf download solbench-test/absent-pickscore" in msg and "huggingface-cli download" in msg
+    assert "hf download solbench-test/absent-pickscore" in msg and "huggingface-cli" not in msg  # deprecated CLI
 
 
 def test_missing_checkpoint_file_raises_with_repo_file_and_command(tmp_path):
@@ -444,31 +444,11 @@ def _timm_vit_reference(sd, pixels, heads, patch, eps=1e-6):
 
 
 def _imagereward_checkpoint():
-    """A state dict in ImageReward.pt's layout: timm-ViT keys, med.py BERT keys, the MLP, plus unused parts."""
-    from transformers import BlipTextModel
+    """A state dict in ImageReward.pt's published layout (tests/_published_layouts.py): timm-ViT keys,
+    med.py BERT keys with its persistent position_ids buffer, the MLP, and BLIP's unused projections."""
+    import _published_layouts as pub
 
-    torch.manual_seed(4)
-    w, depth, mlp = V_CFG["hidden_size"], V_CFG["num_hidden_layers"], V_CFG["intermediate_size"]
-    n_tok = (V_CFG["image_size"] // V_CFG["patch_size"]) ** 2 + 1
-    r = lambda *s: 0.2 * torch.randn(*s)  # noqa: E731
-    sd = {"blip.visual_encoder.cls_token": r(1, 1, w), "blip.visual_encoder.pos_embed": r(1, n_tok, w),
-          "blip.visual_encoder.patch_embed.proj.weight": r(w, 3, 8, 8), "blip.visual_encoder.patch_embed.proj.bias": r(w),
-          "blip.visual_encoder.norm.weight": 1 + r(w), "blip.visual_encoder.norm.bias": r(w)}
-    for i in range(depth):
-        b = f"blip.visual_encoder.blocks.{i}."
-        sd.update({b + "norm1.weight": 1 + r(w), b + "norm1.bias": r(w), b + "norm2.weight": 1 + r(w),
-                   b + "norm2.bias": r(w), b + "attn.qkv.weight": r(3 * w, w), b + "attn.qkv.bias": r(3 * w),
-                   b + "attn.proj.weight": r(w, w), b + "attn.proj.bias": r(w), b + "mlp.fc1.weight": r(mlp, w),
-                   b + "mlp.fc1.bias": r(mlp), b + "mlp.fc2.weight": r(w, mlp), b + "mlp.fc2.bias": r(w)})
-    text = BlipTextModel(imagereward_text_config(MED, encoder_hidden_size=w), add_pooling_layer=False)
-    sd.update({"blip.text_encoder." + k: v.clone() for k, v in text.state_dict().items()})
-    dims = [MED["hidden_size"], 1024, 128, 64, 16, 1]
-    for idx, (a, b) in zip((0, 2, 4, 6, 7), zip(dims[:-1], dims[1:])):
-        sd[f"mlp.layers.{idx}.weight"] = r(b, a) / math.sqrt(a) * 5
-        sd[f"mlp.layers.{idx}.bias"] = r(b)
-    sd.update({"blip.vision_proj.weight": r(8, w), "blip.vision_proj.bias": r(8),  # present in BLIP_Pretrain, unused
-               "blip.text_proj.weight": r(8, MED["hidden_size"]), "blip.text_proj.bias": r(8)})
-    return sd
+    return pub.imagereward_checkpoint(seed=4)
 
 
 def _hand_imagereward(sd, model, pixels, input_ids, attention_mask):

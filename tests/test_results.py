@@ -88,15 +88,18 @@ def test_truncate_after_drops_later_steps_so_resume_never_duplicates(tmp_path):
     assert store.read("metrics") == [] and store.read("timings") == []
 
 
-def test_truncate_after_keeps_corrupt_lines_for_reporting(tmp_path):
+def test_truncate_after_keeps_damaged_lines_but_drops_the_torn_tail_a_resume_rewrites(tmp_path):
     store = RunStore(tmp_path, "r")
-    store.append("metrics", [metric(0), metric(1)])
+    store.append("metrics", [metric(0)])
     with open(store.table_path("metrics"), "ab") as handle:
-        handle.write(b'{"broken')
-    store.truncate_after(0)
+        handle.write(b'{"damaged\n')  # a whole line damaged from outside: kept so collect keeps reporting it
+    store.append("metrics", [metric(1), metric(2)])
+    with open(store.table_path("metrics"), "ab") as handle:
+        handle.write(b'{"run_id":"r","step":3,"spl')  # the torn write of a killed writer (step 3)
+    store.truncate_after(1)  # resuming from the checkpoint of step 1: steps 2 and 3 are written again
     scan = store.scan("metrics")
-    assert [r["step"] for r in scan.rows] == [0]
-    assert len(scan.corrupt) == 1
+    assert [r["step"] for r in scan.rows] == [0, 1]
+    assert [bad.text for bad in scan.corrupt] == ['{"damaged']
 
 
 def test_status_transitions_and_new_state(tmp_path):

@@ -18,20 +18,10 @@ import torch
 
 from solbench.config import EvalConfig, FinetuneConfig, ModelConfig, RunConfig, SamplingConfig
 from solbench.errors import NonFiniteLossError
-from solbench.method import get_method, method_names
+from solbench.method import get_method, method_names, validate_method_config
 from solbench.results import RunStore
 from solbench.trainer import Trainer, train_run
 
-# Small per-method settings (the paper defaults are exercised by test_methods_registry).
-SMALL = {
-    "diffusion_nft": {"group_size": 3},
-    "sol_rl": {"n": 4, "k": 2, "explore_steps": 2},
-    "naive_fp4": {"n": 4, "k": 2},
-    "naive_scaling": {"n": 4, "k": 2},
-    "flow_grpo": {"group_size": 3, "clip_range": 0.2},
-    "dance_grpo": {"group_size": 3, "clip_range": 0.2},
-    "awm": {"group_size": 3, "train_timesteps": 2},
-}
 # phases each method's iteration must time, beyond "train"
 PHASES = {
     "diffusion_nft": {"rollout", "reward"},
@@ -47,7 +37,7 @@ ITERATIONS = 4
 
 def small_config(method: str, **overrides) -> RunConfig:
     cfg = RunConfig(
-        experiment="conformance", method=method, method_config=SMALL.get(method, {}),
+        experiment="conformance", method=method, method_config=dict(get_method(method).tiny_config),
         model=ModelConfig(name="tiny", path="random"), rewards={"colorfulness": 1.0},
         prompts_per_iter=1, iterations=ITERATIONS, seed=7,
         finetune=FinetuneConfig(lora_rank=4, lora_alpha=8, lr=1e-3),
@@ -75,11 +65,18 @@ class Interrupt(Exception):
     pass
 
 
-def test_every_builtin_method_has_small_settings():
-    assert set(SMALL) == set(method_names()) - {"outside_method"}
+BUILTIN = sorted(set(method_names()) - {"outside_method"})
 
 
-@pytest.mark.parametrize("method", sorted(SMALL))
+@pytest.mark.parametrize("method", BUILTIN)
+def test_every_method_declares_valid_tiny_settings_and_its_phases(method):
+    """Each method declares its own tiny settings (Method.tiny_config); they must be valid Config
+    overrides, and the conformance run below must know which phases the method times."""
+    validate_method_config(method, get_method(method).tiny_config, where=f"{method}.tiny_config")
+    assert method in PHASES, f"add {method}'s timed phases to PHASES"
+
+
+@pytest.mark.parametrize("method", BUILTIN)
 def test_method_conformance(method, tmp_path):
     cfg = small_config(method)
     store_a = RunStore(tmp_path / "a", cfg.run_id)

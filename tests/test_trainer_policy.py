@@ -84,9 +84,15 @@ def test_ema_step_follows_the_reference_warmup(setup):
     nets.ema_updates = 0
     ema_before = [t.clone() for t in nets.trainable("ema")]
     policy = nets.trainable("policy")
-    nets.ema_step()  # decay = min(0.9, 1/10) = 0.1
+    nets.ema_step()  # the first update is n = 1 as in the reference: decay = min(0.9, 2/11)
     for e0, e1, p in zip(ema_before, nets.trainable("ema"), policy):
-        torch.testing.assert_close(e1, 0.1 * e0 + 0.9 * p.detach())
+        torch.testing.assert_close(e1, 2 / 11 * e0 + 9 / 11 * p.detach())
+    assert nets.ema_updates == 1
+    nets.ema_updates = 79  # the 80th update: (1 + 80) / (10 + 80) = 0.9 (counting from 0 would give 80/89)
+    ema_before = [t.clone() for t in nets.trainable("ema")]
+    nets.ema_step()
+    for e0, e1, p in zip(ema_before, nets.trainable("ema"), policy):
+        torch.testing.assert_close(e1, 0.9 * e0 + 0.1 * p.detach())
 
 
 def test_state_dict_round_trip(setup):

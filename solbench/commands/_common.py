@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import glob
+import json
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -27,7 +33,8 @@ def add_only_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def console() -> Console:
-    return Console(highlight=False)
+    # soft_wrap: a message is never broken at the terminal width, so paths in it stay copyable
+    return Console(highlight=False, soft_wrap=True)
 
 
 def print_notes(out: Console, spec) -> None:
@@ -64,3 +71,55 @@ def filter_runs(spec, only):
 
 def experiment_dir(spec, results: str) -> Path:
     return Path(results) / spec.name
+
+
+@contextlib.contextmanager
+def report_lock(reports_root: str | os.PathLike, name: str) -> Iterator[None]:
+    """Hold ``<reports>/.<name>.lock`` while collecting and writing one experiment's report, so two
+    launchers of one spec do not swap report folders under each other; on entry, remove the
+    temporary folders (``.<name>.*``) that a report writer killed mid-way left behind."""
+    root = Path(reports_root)
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes, however the process ends
+        for leftover in root.glob(f".{glob.escape(name)}.*"):
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
+        yield
+    finally:
+        os.close(fd)
+
+
+def report_is_current(spec, run_ids, results: str, reports: str) -> bool:
+    """Whether reports/<name>/index.md was written from a collect of every run folder of ``run_ids``
+    and nothing those runs wrote (status, tables) changed since. False after a collect or report
+    that was interrupted, so `solbench run` writes it again instead of saying "nothing to do"."""
+    index = Path(reports) / spec.name / "index.md"
+    collected = experiment_dir(spec, results) / "collect_report.json"
+    try:
+        index_time, collect_time = index.stat().st_mtime, collected.stat().st_mtime
+        collected_runs = json.loads(collected.read_text()).get("runs")
+    except (OSError, ValueError):
+        return False
+    run_dirs = [spec.run_dir(results, run_id) for run_id in run_ids]
+    if collected_runs != sum((d / "spec.json").exists() for d in run_dirs) or index_time < collect_time:
+        return False
+    written = [p.stat().st_mtime for d in run_dirs if d.is_dir() for p in d.iterdir()
+               if p.name == "status.json" or p.suffix == ".jsonl"]
+    return collect_time >= max(written, default=0.0)
+
+
+def print_corrupt_lines(out: Console, corrupt, limit: int = 10) -> None:
+    """Name every unreadable (torn) table line by file and line number."""
+    corrupt = list(corrupt)
+    if not corrupt:
+        return
+    out.print(f"warning: {len(corrupt)} corrupt line(s) in the results tables, skipped when collecting "
+              "(a writer killed mid-write leaves one; resuming the run rewrites its rows):", markup=False)
+    for bad in corrupt[:limit]:
+        path, number, error, text = ((bad["path"], bad["line_number"], bad["error"], bad["text"])
+                                     if isinstance(bad, dict) else (bad.path, bad.line_number, bad.error, bad.text))
+        out.print(f"  {path}:{number}: {error}: {text[:60]!r}", markup=False)
+    if len(corrupt) > limit:
+        out.print(f"  ... and {len(corrupt) - limit} more", markup=False)

@@ -33,20 +33,28 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps([row.__dict__ for row in rows], indent=2))
         return exit_code(rows)
 
+    import textwrap
+
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(title="solbench doctor" + (f": {args.spec}" if args.spec else ""), show_lines=False)
-    for col in ("section", "item", "status", "detail", "fix"):
-        table.add_column(col, overflow="fold")
+    console = Console(highlight=False)
+    width = max(60, min(console.width, 120))
+    console.print("[bold]solbench doctor[/]" + (f": {escape(args.spec)}" if args.spec else ""))
     last = None
     for row in rows:
-        table.add_row(row.section if row.section != last else "", escape(row.item),
-                      f"[{_STYLE.get(row.status, 'white')}]{row.status}[/]", escape(row.detail), escape(row.fix))
-        last = row.section
-    console = Console()
-    console.print(table)
+        if row.section != last:
+            console.print(f"[bold]{row.section}[/]")
+            last = row.section
+        # one row = "  status item: detail" wrapped under itself, then "fix:" on its own lines
+        head = f"  {row.status:<4} "
+        body = textwrap.wrap(f"{row.item}: {row.detail}", width - len(head)) or [""]
+        console.print(f"  [{_STYLE.get(row.status, 'white')}]{row.status:<4}[/] " + escape(body[0]))
+        for line in body[1:]:
+            console.print(" " * len(head) + escape(line))
+        if row.fix:
+            for i, line in enumerate(textwrap.wrap(row.fix, width - len(head) - 5, break_on_hyphens=False)):
+                console.print(" " * len(head) + ("fix: " if i == 0 else "     ") + escape(line))
     failed = [r for r in rows if r.status == "fail"]
     if failed:
         console.print(f"[bold red]{len(failed)} problem(s) would stop this spec:[/] "

@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe", default=None,
                         help=f"explore quantization recipe (default: the run's, else per model: {defaults}); "
                              f"'{NO_QUANT}' explores in full precision (step-count effect alone)")
+    parser.add_argument("--recipes", default=None, metavar="R1,R2,...",
+                        help="one run per explore recipe under one --name, reported side by side with the "
+                             f"decomposition (e.g. nvfp4_tiny,{NO_QUANT},mxfp4_w4a4,fp8_w8a8: '{NO_QUANT}' is the "
+                             "step-budget-only control); overrides --recipe")
     parser.add_argument("--backend", default=None, choices=("emulated", "te", "auto"),
                         help="quantization backend (default: the run's; else emulated on CPU, te on CUDA)")
     parser.add_argument("--rewards", default=None,
@@ -67,6 +71,8 @@ def main(args: argparse.Namespace) -> int:
 
     from solbench.fidelity import FidelitySettings, run, summary
 
+    import dataclasses
+
     echo = print
     settings = FidelitySettings(
         name=args.name, model=args.model, model_path=args.model_path, resolution=args.resolution,
@@ -75,19 +81,21 @@ def main(args: argparse.Namespace) -> int:
         shift=args.shift, recipe=args.recipe, backend=args.backend,
         rewards=[r.strip() for r in (args.rewards or "").split(",") if r.strip()], run_seed=args.run_seed,
         device=args.device, batch_seeds=args.batch_seeds)
-    spec, run_dir = run(settings, args.results, force=args.force, echo=echo)
+    recipes = [r.strip() for r in (args.recipes or "").split(",") if r.strip()] or [settings.recipe]
     from solbench.results import RunStore
 
-    frame = pd.DataFrame(RunStore(run_dir, run_dir.name).read("candidates"))
-    table = summary(frame)
-    s = spec["sampling"]
-    echo(f"{spec['model']['name']} {spec['quant']['recipe']} {s['sampler']} {s['explore_steps']} explore steps vs "
-         f"full precision {s['steps']} steps; {frame['prompt_id'].nunique()} prompts x {spec['seeds']} seeds "
-         "(mean over prompts):")
-    for _, row in table.iterrows():
-        metrics = "  ".join(f"{c} {row[c]:.3f}" for c in table.columns
-                            if c in ("kendall_tau", "spearman_rho") or c.startswith("hit@"))
-        echo(f"  {row.get('reward_name', 'reward')}: {metrics}")
+    for recipe in recipes:
+        spec, run_dir = run(dataclasses.replace(settings, recipe=recipe), args.results, force=args.force, echo=echo)
+        frame = pd.DataFrame(RunStore(run_dir, run_dir.name).read("candidates"))
+        table = summary(frame)
+        s = spec["sampling"]
+        echo(f"{spec['model']['name']} {spec['quant']['recipe']} {s['sampler']} {s['explore_steps']} explore steps vs "
+             f"full precision {s['steps']} steps; {frame['prompt_id'].nunique()} prompts x {spec['seeds']} seeds "
+             "(mean over prompts):")
+        for _, row in table.iterrows():
+            metrics = "  ".join(f"{c} {row[c]:.3f}" for c in table.columns
+                                if c in ("kendall_tau", "spearman_rho") or c.startswith("hit@"))
+            echo(f"  {row.get('reward_name', 'reward')}: {metrics}")
     if args.no_report:
         return 0
     from solbench.commands.collect import print_collect

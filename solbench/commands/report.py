@@ -9,6 +9,10 @@ options are used), an experiment name, or a results folder.
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+
+from solbench.commands._common import console, print_corrupt_lines, report_lock
 
 HELP = "write reports/<experiment>/ (Markdown, HTML, CSV, PNG) from an experiment's collected results"
 
@@ -41,14 +45,25 @@ def main(args: argparse.Namespace) -> int:
         from solbench.errors import ConfigError
 
         raise ConfigError("give SPEC: a spec file, an experiment name, or a results folder (or --list)")
-    _, _, spec_options = resolve_experiment(args.spec, args.results)
+    experiment, results_dir, spec_options = resolve_experiment(args.spec, args.results)
     options = dict(spec_options)
     overrides = {"reference_method": args.reference, "baseline_method": args.baseline, "target_method": args.target,
                  "warmup": args.warmup, "hardware": args.hardware, "mfu": args.mfu, "n_boot": args.n_boot,
                  "kinds": [k.strip() for k in args.only.split(",") if k.strip()] if args.only else None}
     options.update({k: v for k, v in overrides.items() if v is not None})
-    index = write_report(args.spec, args.results, args.reports,
-                         options=ReportOptions.from_mapping(options, where=f"{args.spec}: report"), strict=args.strict)
+    with report_lock(args.reports, experiment):  # one writer at a time; removes a killed writer's leftovers
+        index = write_report(args.spec, args.results, args.reports,
+                             options=ReportOptions.from_mapping(options, where=f"{args.spec}: report"),
+                             strict=args.strict)
     print(f"report: {index}")
     print(f"        {index.with_name('index.html')}")
+    print_corrupt_lines(console(), _collected_corrupt_lines(Path(results_dir)))
     return 0
+
+
+def _collected_corrupt_lines(results_dir: Path) -> list[dict]:
+    """The table lines the last collect skipped (collect_report.json), which the report's numbers lack."""
+    try:
+        return json.loads((results_dir / "collect_report.json").read_text()).get("corrupt_lines", [])
+    except (OSError, ValueError):
+        return []

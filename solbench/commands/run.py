@@ -3,7 +3,10 @@
 With ``launch: local`` (the default) the runs execute here, one after another, under a live
 progress display. With a Slurm profile they are submitted as one job array and the command returns
 once submitted (``--wait`` blocks until they end); ``solbench status SPEC`` follows them from disk.
-Re-running a finished spec does nothing and says so; ``--force`` reruns from scratch.
+Re-running a finished spec runs nothing and says so; it still collects and writes the report when
+that is missing or older than the results (a collect or report that was interrupted). Runs that
+another process is executing (a second ``solbench run`` of the same spec) are waited for, not
+counted as failed. ``--force`` reruns from scratch.
 
 Runs with world_size > 1 (several GPUs per run) start under torchrun on one machine
 (``torchrun --nproc-per-node 8 -m solbench run SPEC``): every rank runs this command, rank 0 shows
@@ -15,8 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from solbench.commands._common import (DEFAULT_REPORTS, add_only_argument, add_results_argument, add_spec_argument,
-                                       console, experiment_dir, filter_runs, print_notes)
-from solbench.launch import DEFAULT_RUN_FN, launch_spec, run_states, wait_for_runs
+                                       console, experiment_dir, filter_runs, print_notes, report_is_current,
+                                       report_lock)
+from solbench.launch import DEFAULT_RUN_FN, TERMINAL_STATES, launch_spec, run_states, wait_for_runs
 from solbench.progress import LiveDisplay
 from solbench.spec import load_spec
 
@@ -59,16 +63,11 @@ def main(args) -> int:
     if not main_rank:
         return 0
     plan = result.plan
-    if result.submission is None:
-        reasons = sorted(set(plan.skipped.values()))
-        out.print(f"nothing to do: all {len(plan.skipped)} runs of {spec.name} are {' or '.join(reasons)} "
-                  f"(results in {experiment_dir(spec, args.results)}; --force reruns)", markup=False)
-        return 0
-    if plan.skipped:
+    if result.submission is not None and plan.skipped:
         out.print(f"skipped {len(plan.skipped)} runs ({', '.join(sorted(set(plan.skipped.values())))})", markup=False)
 
     run_dirs = {r.run_id: spec.run_dir(args.results, r.run_id) for r in runs}
-    if result.executor == "slurm":
+    if result.executor == "slurm" and result.submission is not None:
         jobs = sorted(set(j.split("_")[0] for j in result.submission.job_ids.values()))
         out.print(f"submitted {len(result.submission.job_ids)} runs to Slurm as job array {', '.join(jobs)} "
                   f"(profile {result.profile_path})", markup=False)
@@ -79,8 +78,40 @@ def main(args) -> int:
             wait_for_runs(run_dirs, display=waiting)
 
     states = {rid: s for rid, (s, _) in run_states(run_dirs).items()}
+    busy = sorted(rid for rid, s in states.items() if s not in TERMINAL_STATES)
+    if busy and result.executor == "slurm" and not args.wait:
+        out.print(f"nothing to submit: {len(busy)} run(s) already pending or running "
+                  f"(follow with: solbench status {args.spec})", markup=False)
+        return 0
+    if busy:
+        # Runs another launcher is executing (a second `solbench run` of this spec, racing Slurm
+        # tasks): they are not failed; wait for them, then report on the whole spec.
+        out.print(f"waiting for {len(busy)} run(s) that another process is executing: {', '.join(busy)}",
+                  markup=False)
+        with LiveDisplay(board, enabled=not args.quiet) as waiting:
+            wait_for_runs({rid: run_dirs[rid] for rid in busy}, display=waiting)
+        states = {rid: s for rid, (s, _) in run_states(run_dirs).items()}
+
     failed = sorted(rid for rid, s in states.items() if s != "done")
+    if result.submission is None and not failed:
+        # Nothing left to train. The report is still written unless it is up to date, so that a
+        # collect or report that was interrupted is finished by running the spec again.
+        done = f"nothing to do: all {len(states)} runs of {spec.name} are done"
+        new_fidelity = False
+        if getattr(spec, "fidelity", None) is not None and not args.no_report:  # e.g. after Slurm runs ended
+            from solbench.fidelity import fidelity_run_ids
+
+            before = set(fidelity_run_ids(experiment_dir(spec, args.results)))
+            new_fidelity = bool(set(run_fidelity_block(out, spec, args)) - before)
+        if args.no_report or (not new_fidelity and report_is_current(spec, report_run_ids(spec, args.results),
+                                                                     args.results, args.reports)):
+            out.print(f"{done} (results in {experiment_dir(spec, args.results)}; --force reruns)", markup=False)
+            return 0
+        out.print(f"{done}; the report is missing or older than the results: writing it", markup=False)
+        finish_with_report(out, spec, args)
+        return 0
     if not args.no_report:
+        run_fidelity_block(out, spec, args)
         finish_with_report(out, spec, args)
     if failed:
         out.print(f"{len(failed)} run(s) did not finish: {', '.join(failed)} "
@@ -89,21 +120,43 @@ def main(args) -> int:
     return 0
 
 
+def run_fidelity_block(out, spec, args) -> list[str]:
+    """The spec's ``fidelity:`` block (all-seeds ranking fidelity after training); a failure is reported,
+    not fatal: the training results still get their report."""
+    if getattr(spec, "fidelity", None) is None:
+        return []
+    from solbench.fidelity import run_spec_block
+
+    try:
+        return run_spec_block(spec, args.results, force=args.force, echo=lambda m: out.print(m, markup=False))
+    except Exception as err:  # noqa: BLE001 - the report of the training runs must still be written
+        out.print(f"fidelity block failed: {type(err).__name__}: {err}", markup=False)
+        return []
+
+
 def finish_with_report(out, spec, args) -> Path | None:
     """Collect the spec's runs into parquet and write the report; prints where both are."""
     from solbench.commands.collect import print_collect
     from solbench.results import collect
 
-    result = collect(experiment_dir(spec, args.results), [r.run_id for r in spec.runs])
-    print_collect(result)
-    try:
-        from solbench.report import write_report
-    except ImportError:
+    with report_lock(args.reports, spec.name):  # one writer at a time; removes a killed writer's leftovers
+        result = collect(experiment_dir(spec, args.results), report_run_ids(spec, args.results))
+        print_collect(result)
         try:
-            from solbench.report.build import write_report
+            from solbench.report import write_report
         except ImportError:
-            out.print("report: solbench.report is not available; collected tables are listed above", markup=False)
-            return None
-    path = Path(write_report(spec.path, args.results, args.reports))
+            try:
+                from solbench.report.build import write_report
+            except ImportError:
+                out.print("report: solbench.report is not available; collected tables are listed above", markup=False)
+                return None
+        path = Path(write_report(spec.path, args.results, args.reports))
     out.print(f"report: {path}", markup=False)
     return path
+
+
+def report_run_ids(spec, results) -> list[str]:
+    """The runs the report is made of: the spec's, plus those of its ``fidelity:`` block."""
+    from solbench.fidelity import fidelity_run_ids
+
+    return [r.run_id for r in spec.runs] + (fidelity_run_ids(experiment_dir(spec, results)) if spec.fidelity else [])

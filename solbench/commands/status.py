@@ -1,12 +1,18 @@
-"""`solbench status SPEC`: the state of every run of a spec, read from results/ (not from a live process)."""
+"""`solbench status SPEC`: the state of every run of a spec, read from results/ (not from a live process).
+
+Below the table: where the log of a failed or interrupted Slurm job is, and every corrupt (torn)
+line of the runs' tables by file and line."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-from solbench.commands._common import add_only_argument, add_results_argument, add_spec_argument, console, filter_runs
-from solbench.launch import TERMINAL_STATES, run_states
+from solbench.commands._common import (add_only_argument, add_results_argument, add_spec_argument, console,
+                                       filter_runs, print_corrupt_lines)
+from solbench.launch import TERMINAL_STATES, read_launch, run_states
 from solbench.progress import Board, LiveDisplay, RunLine, label_of
+from solbench.results import RunStore
 from solbench.spec import load_spec
 
 HELP = "show the state of every run of a spec (done, failed, running, pending, interrupted, new)"
@@ -39,10 +45,30 @@ def main(args) -> int:
                 display.tick()
     board.poll()
     out.print(board.render())
+    run_dirs = {r.run_id: spec.run_dir(args.results, r.run_id) for r in runs}
+    states = run_states(run_dirs)
+    for run_id, (state, status) in states.items():
+        logs = slurm_logs(run_dirs[run_id], status) if state in ("failed", "interrupted") else None
+        if logs:
+            out.print(f"{run_id} {state}: Slurm job log {logs[1]} (stdout {logs[0]})", markup=False)
+    print_corrupt_lines(out, [bad for run_id, run_dir in run_dirs.items()
+                              for bad in RunStore(run_dir, run_id).corrupt_lines()])
     if args.tracebacks:
-        states = run_states({r.run_id: spec.run_dir(args.results, r.run_id) for r in runs})
         for run_id, (state, status) in states.items():
             if state == "failed":
                 out.print(f"--- {run_id} ({status.get('error', '')})", markup=False)
                 out.print(status.get("traceback", "(no traceback recorded)"), markup=False)
     return 0
+
+
+def slurm_logs(run_dir: Path, status: dict) -> tuple[Path, Path] | None:
+    """(stdout, stderr) files of the Slurm job that last ran the run, from launch.json's submitit
+    folder and the job id (the requeued or executing job's from status.json, else the submitted one)."""
+    launch = read_launch(run_dir)
+    job_id = status.get("slurm_job_id") or launch.get("job_id")
+    if launch.get("executor") != "slurm" or not job_id or not launch.get("submitit_folder"):
+        return None
+    from submitit.core.utils import JobPaths
+
+    paths = JobPaths(launch["submitit_folder"], job_id=str(job_id), task_id=0)  # task 0: the run's rank 0
+    return paths.stdout, paths.stderr

@@ -15,7 +15,51 @@ from solbench.config import ModelConfig
 from solbench.errors import ConfigError
 from solbench.models.base import Cond, ModelAdapter, shifted_sigmas
 
-__all__ = ["Cond", "ModelAdapter", "build_adapter", "model_names", "resolve_full_dtype", "shifted_sigmas"]
+__all__ = ["Cond", "ModelAdapter", "MICRO_BATCH_DEFAULTS", "build_adapter", "model_names", "resolve_full_dtype",
+           "native_resolution", "resolve_micro_batches", "shifted_sigmas"]
+
+# Per-rank micro-batches (RunConfig.micro_batch) a spec gets when it sets none: what fits an 80 GB H100
+# (and so a B200) at the native 1024 px with an FP8 explore copy, the four reward models and gradient
+# checkpointing (docs/real-models.md, "Memory per rank"; ``solbench doctor SPEC`` itemises it). None = the whole batch at once (the
+# tiny model fits any batch). The real specs in experiments/ set their own values.
+MICRO_BATCH_DEFAULTS: dict[str, dict[str, int | None]] = {
+    "tiny": {"rollout": None, "reward": None, "train": None},
+    "flux": {"rollout": 8, "reward": 32, "train": 4},
+    "sd3": {"rollout": 8, "reward": 32, "train": 4},
+    "sana": {"rollout": 32, "reward": 32, "train": 16},
+}
+
+
+NATIVE_RESOLUTION = {"flux": 1024, "sd3": 1024, "sana": 1024}  # pixels, when model.resolution is unset
+
+
+def native_resolution(name: str) -> int | None:
+    """The image side a real model generates at by default (None for the tiny model and unknown ones)."""
+    return NATIVE_RESOLUTION.get(name)
+
+
+def resolve_micro_batches(model_name: str, micro_batch: dict,
+                          method_micro_batch: int | None = None) -> dict[str, int | None]:
+    """The run's micro-batches: unset ones from MICRO_BATCH_DEFAULTS, ``train`` reconciled with the
+    method's ``micro_batch_size`` (the same setting; one may be given, or both if equal).
+
+    Raises ConfigError for a value below 1 or a conflict.
+    """
+    out = dict(micro_batch)
+    for key in ("rollout", "reward", "train"):
+        value = out.get(key)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ConfigError(f"micro_batch.{key} must be an integer >= 1 or null (the model's default), got {value!r}")
+    if method_micro_batch is not None and out.get("train") is not None and out["train"] != method_micro_batch:
+        raise ConfigError(f"micro_batch.train={out['train']} and method_config.micro_batch_size={method_micro_batch} "
+                          "disagree: they are the same setting; give one")
+    if out.get("train") is None and method_micro_batch is not None:
+        out["train"] = method_micro_batch
+    defaults = MICRO_BATCH_DEFAULTS.get(model_name, {})
+    for key in ("rollout", "reward", "train"):
+        if out.get(key) is None:
+            out[key] = defaults.get(key)
+    return out
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -24,14 +68,20 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 def resolve_full_dtype(name: str, device: torch.device | str) -> torch.dtype:
     """The dtype of precision "full": "auto" is bfloat16 on CUDA and float32 on CPU.
 
-    (On CPU bf16 matmuls run about 5x slower than fp32, so full precision there is fp32.)
+    "native" is bfloat16 on CUDA and on CPUs with native bf16 arithmetic (AMX / AVX512_BF16, see
+    solbench.cpu), float32 elsewhere. It is opt-in: whether bf16 beats fp32 on a CPU depends on the
+    GEMM kernels for that chip (docs/quantization.md has measurements), and fp32 keeps the numbers.
     """
+    if name == "native":
+        from solbench.cpu import native_bf16
+
+        return torch.bfloat16 if torch.device(device).type == "cuda" or native_bf16() else torch.float32
     if name == "auto":
         return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     try:
         return _DTYPES[name]
     except KeyError:
-        raise ConfigError(f"model.full_dtype: unknown dtype {name!r} (auto, {', '.join(_DTYPES)})") from None
+        raise ConfigError(f"model.full_dtype: unknown dtype {name!r} (auto, native, {', '.join(_DTYPES)})") from None
 
 
 def _build_tiny(cfg: ModelConfig, device, dtype) -> ModelAdapter:

@@ -13,6 +13,9 @@ sampler code drives a bf16 policy, an fp32 CPU policy and a fake-quantized copy.
 
 from __future__ import annotations
 
+import contextlib
+from collections import OrderedDict
+
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -123,22 +126,46 @@ class ModelAdapter(ABC):
     guidance_mode: str = "cfg"
     uncond_prompt: str = ""  # CFG's unconditional prompt
 
+    # Prompt-embedding cache: least recently used texts are evicted beyond ``cond_cache_size``
+    # entries (re-encoding gives the same numbers: each text is encoded on its own), and with
+    # ``cond_cache_device`` set the cache lives there (real adapters on CUDA keep it in host memory;
+    # a FLUX prompt is ~8 MB of float32, so an unbounded GPU cache grew by GBs per run).
+    cond_cache_size: int = 1024
+    cond_cache_device: torch.device | None = None
+
     def __init__(self) -> None:
-        self._cond_cache: dict[str, Cond] = {}
+        self._cond_cache: OrderedDict[str, Cond] = OrderedDict()
 
     # -- conditioning ----------------------------------------------------------------------
     def encode(self, prompts: Sequence[str]) -> Cond:
-        """Conditioning for ``prompts``; each distinct text is encoded once and cached.
+        """Conditioning for ``prompts``; each distinct text is encoded once and cached (LRU).
 
         A text is encoded on its own, never batched with others: its embedding then does not depend
         on which prompts happened to be new at the same time (GEMMs are not row-invariant across
         batch sizes), so every rank and every run order conditions on the same numbers.
         """
         prompts = list(prompts)
-        for text in dict.fromkeys(p for p in prompts if p not in self._cond_cache):
-            with torch.no_grad():
-                self._cond_cache[text] = self._encode_batch([text])
-        return Cond.cat(self._cond_cache[p] for p in prompts)
+        new = [p for p in dict.fromkeys(prompts) if p not in self._cond_cache]
+        found: dict[str, Cond] = {}
+        if new:
+            with torch.no_grad(), self._text_encoders_resident():
+                for text in new:
+                    found[text] = self._encode_batch([text])
+        for text in dict.fromkeys(prompts):
+            if text in self._cond_cache:
+                self._cond_cache.move_to_end(text)
+                found.setdefault(text, self._cond_cache[text])
+        for text in new:
+            cached = found[text] if self.cond_cache_device is None else found[text].to(self.cond_cache_device)
+            self._cond_cache[text] = found[text] = cached  # one device for all rows before the cat
+        while len(self._cond_cache) > max(self.cond_cache_size, 0):
+            self._cond_cache.popitem(last=False)
+        out = Cond.cat(found[p] for p in prompts)
+        return out if self.cond_cache_device is None else out.to(self.device)
+
+    def _text_encoders_resident(self):
+        """Context in which a batch of new prompts is encoded (CPU offload loads the encoders once)."""
+        return contextlib.nullcontext()
 
     def uncond_cond(self) -> Cond:
         """Conditioning of CFG's unconditional branch (one row): the empty prompt, cached."""

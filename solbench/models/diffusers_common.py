@@ -18,16 +18,34 @@ from solbench.errors import MissingWeightsError
 from solbench.models.base import ModelAdapter
 
 
+def _dtype_kwarg() -> str:
+    """``dtype`` where diffusers has it (it warns that ``torch_dtype`` is deprecated), else ``torch_dtype``."""
+    try:
+        from diffusers.utils import deprecation_utils
+    except ImportError:
+        return "torch_dtype"
+    return "dtype" if hasattr(deprecation_utils, "_resolve_dtype") else "torch_dtype"
+
+
+_DTYPE_KWARG = _dtype_kwarg()
+
+
 def load_pipeline(pipeline_cls, path: str, default_id: str, dtype: torch.dtype, gated: bool):
     """``pipeline_cls.from_pretrained(path, local_files_only=True)`` or a MissingWeightsError."""
     try:
-        return pipeline_cls.from_pretrained(path, torch_dtype=dtype, local_files_only=True)
+        return pipeline_cls.from_pretrained(path, **{_DTYPE_KWARG: dtype}, local_files_only=True)
     except (OSError, ValueError, EnvironmentError) as err:
+        from solbench.doctor import MODEL_DOWNLOAD_EXCLUDES
+        from solbench.rewards.real import download_command
+
+        repo = path if "/" in path and not path.startswith(("/", ".")) else default_id
         gate = (f" {default_id} is a gated model: accept its licence on https://huggingface.co/{default_id} "
-                f"and log in (`huggingface-cli login`) first." if gated else "")
+                f"and log in (`hf auth login`) first." if gated else "")
+        command = download_command(repo) + "".join(
+            f" --exclude '{p}'" for p in MODEL_DOWNLOAD_EXCLUDES.get(default_id, ()))
         raise MissingWeightsError(
             f"cannot load {pipeline_cls.__name__} weights from {path!r} (local folder or Hugging Face cache; "
-            f"nothing is downloaded at run time). Get them with `huggingface-cli download {path if '/' in path and not path.startswith(('/', '.')) else default_id}` "
+            f"nothing is downloaded at run time). Get them with `{command}` "
             f"(or set model.path to a local copy).{gate} Loader said: {type(err).__name__}: {str(err).splitlines()[0][:300]}"
         ) from err
 
@@ -44,6 +62,9 @@ class DiffusersAdapter(ModelAdapter):
         self.full_dtype = full_dtype
         self.cpu_offload = cpu_offload
         self.transformer = pipe.transformer.to(self.device, full_dtype)
+        self._resident: set[int] = set()  # ids of offloaded modules on the device right now
+        if self.device.type == "cuda":
+            self.cond_cache_device = torch.device("cpu")  # prompt embeddings wait in host memory
         frozen_device = torch.device("cpu") if cpu_offload else self.device
         for module in self._frozen_modules():
             module.to(frozen_device, full_dtype).requires_grad_(False).eval()
@@ -54,18 +75,26 @@ class DiffusersAdapter(ModelAdapter):
 
     @contextlib.contextmanager
     def _loaded(self, *modules: nn.Module):
-        """With cpu_offload, move frozen modules to the device only while they run."""
-        if self.cpu_offload:
-            for m in modules:
-                m.to(self.device)
+        """With cpu_offload, move frozen modules to the device only while they run.
+
+        Nested uses move only what is not already there, so ``encode`` loads the text encoders once
+        for all its new prompts (each still encoded on its own) instead of once per prompt.
+        """
+        moved = [m for m in modules if self.cpu_offload and id(m) not in self._resident]
+        for m in moved:
+            m.to(self.device)
+            self._resident.add(id(m))
         try:
             yield
         finally:
-            if self.cpu_offload:
-                for m in modules:
-                    m.to("cpu")
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
+            for m in moved:
+                m.to("cpu")
+                self._resident.discard(id(m))
+            if moved and self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def _text_encoders_resident(self):
+        return self._loaded(*self._text_encoders())
 
     def _text_encoders(self) -> list[nn.Module]:
         return [m for m in self._frozen_modules() if m is not self.pipe.vae]

@@ -22,11 +22,18 @@ Everything is vectorised torch, with no loop over blocks. Rounding to E2M1 (and 
 and branch-free: adding a power of two whose fp32 spacing equals the grid step makes the FPU
 round to nearest even. Large tensors stream through chunks of in-place ops on reused buffers:
 on CPU a fresh 64 MB tensor costs more in page faults than the arithmetic on it.
+
+On CPU, tensors of at least `fused.MIN_ELEMENTS` elements run the same arithmetic as a few
+torch.compile'd passes instead (`solbench.quant.fused`; bit-identical, checked by
+tests/test_quant_fused.py), because hundreds of small parallel ops collapse when another process
+holds a core; smaller tensors run the eager ops below on one intra-op thread. SOLBENCH_QUANT_COMPILE=0
+turns compilation off.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Literal, Optional, Tuple, Union
@@ -34,6 +41,8 @@ from typing import Literal, Optional, Tuple, Union
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from . import fused
 
 __all__ = [
     "FORMATS",
@@ -140,13 +149,14 @@ class QuantizedTensor:
         dtype = self.dtype if dtype is None else dtype
         if not dtype.is_floating_point:
             raise TypeError(f"dequantize() needs a floating-point dtype, got {dtype}")
-        if self.fmt == "nvfp4":
-            out = _dequantize_nvfp4(self, dtype)
-        elif self.fmt == "mxfp4":
-            out = _dequantize_mxfp4(self, dtype)
-        else:
-            out = _dequantize_fp8(self, dtype)
-        return _unpad_last_dim(out, self.shape)
+        with fused.single_thread_if_small(self.codes.numel()):
+            if self.fmt == "nvfp4":
+                out = _dequantize_nvfp4(self, dtype)
+            elif self.fmt == "mxfp4":
+                out = _dequantize_mxfp4(self, dtype)
+            else:
+                out = _dequantize_fp8(self, dtype)
+            return _unpad_last_dim(out, self.shape)
 
     def swizzled_scales(self) -> torch.Tensor:
         """Block scales in cuBLAS's "128x4" layout, flattened (what a Blackwell GEMM reads).
@@ -213,12 +223,13 @@ def quantize(
     fmt = _check_format(fmt)
     x = _check_input(x, "quantize", fmt)
     _check_nonfinite_policy(nonfinite)
-    if fmt == "nvfp4":
-        return _quantize_nvfp4(x, _check_nvfp4_block(block), nonfinite)
-    if fmt == "mxfp4":
-        _check_mxfp4_block(block)
-        return _quantize_mxfp4(x, nonfinite)
-    return _quantize_fp8(x, _check_fp8_block(block), nonfinite)
+    with fused.single_thread_if_small(x.numel()):
+        if fmt == "nvfp4":
+            return _quantize_nvfp4(x, _check_nvfp4_block(block), nonfinite)
+        if fmt == "mxfp4":
+            _check_mxfp4_block(block)
+            return _quantize_mxfp4(x, nonfinite)
+        return _quantize_fp8(x, _check_fp8_block(block), nonfinite)
 
 
 def fake_quantize(
@@ -237,14 +248,15 @@ def fake_quantize(
     fmt = _check_format(fmt)
     x = _check_input(x, "fake_quantize", fmt)
     _check_nonfinite_policy(nonfinite)
-    if fmt == "nvfp4":
-        out = _fake_quantize_nvfp4(x, _check_nvfp4_block(block), nonfinite)
-    elif fmt == "mxfp4":
-        _check_mxfp4_block(block)
-        out = _fake_quantize_mxfp4(x, nonfinite)
-    else:
-        out = _fake_quantize_fp8(x, _check_fp8_block(block), nonfinite)
-    return _unpad_last_dim(out, x.shape)
+    with fused.single_thread_if_small(x.numel()):
+        if fmt == "nvfp4":
+            out = _fake_quantize_nvfp4(x, _check_nvfp4_block(block), nonfinite)
+        elif fmt == "mxfp4":
+            _check_mxfp4_block(block)
+            out = _fake_quantize_mxfp4(x, nonfinite)
+        else:
+            out = _fake_quantize_fp8(x, _check_fp8_block(block), nonfinite)
+        return _unpad_last_dim(out, x.shape)
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,6 +358,9 @@ def _block_absmax(blocks: torch.Tensor) -> torch.Tensor:
     amax/aminmax/vector_norm reducing a 16-wide last dim; |x| goes through a reused chunk buffer.
     """
     *lead, n_blocks, block = blocks.shape
+    compiled = fused.kernel("absmax_blocks", blocks)
+    if compiled is not None:
+        return compiled(blocks)[0]
     flat = blocks.reshape(-1)
     total = flat.numel()
     if total == 0:
@@ -484,13 +499,20 @@ def _chunk_scratch(n_blocks: int, block_size: int, dtype: torch.dtype, device, s
 
 
 def _encode_blocks(
-    blocks: torch.Tensor, encode_scale: torch.Tensor, packed_out: torch.Tensor, saturate: bool = True
-) -> None:
-    """Packed E2M1 codes of blocks[i, :] * encode_scale[i] into `packed_out` [n_blocks * bs / 2].
+    blocks: torch.Tensor, encode_scale: torch.Tensor, packed_out: Optional[torch.Tensor], saturate: bool = True
+) -> torch.Tensor:
+    """Packed E2M1 codes of blocks[i, :] * encode_scale[i] [n_blocks * bs / 2] (into `packed_out`
+    if given, else a new uint8 tensor), returned.
 
     Streams over chunks so the fp32/int32 scratch is allocated once and stays in cache.
     """
     n_blocks, block_size = blocks.shape
+    compiled = fused.kernel("encode_e2m1", blocks)
+    if compiled is not None:
+        packed = fused.pack_nibbles(compiled(blocks, encode_scale, saturate).view(-1))
+        return packed if packed_out is None else packed_out.copy_(packed)
+    if packed_out is None:
+        packed_out = torch.empty(n_blocks * block_size // 2, dtype=torch.uint8, device=blocks.device)
     scaled = _chunk_scratch(n_blocks, block_size, torch.float32, blocks.device, "scaled")
     magic = _chunk_scratch(n_blocks, block_size, torch.int32, blocks.device, "magic")
     sign = _chunk_scratch(n_blocks, block_size, torch.int32, blocks.device, "sign")
@@ -501,6 +523,7 @@ def _encode_blocks(
         torch.mul(blocks[start:stop], encode_scale[start:stop, None], out=y.view(-1, block_size))
         codes = _encode_e2m1_(y, magic[:n], sign[:n], saturate)
         _pack_nibbles_into(codes, packed_out[start * half : stop * half])
+    return packed_out
 
 
 def _decode_blocks(
@@ -508,8 +531,12 @@ def _decode_blocks(
 ) -> torch.Tensor:
     """[n_blocks, block_size] of `dtype` = e2m1(codes) scaled by `apply_scale(chunk, start, stop)`,
     which multiplies a float32 chunk of decoded blocks in place by their scales."""
-    out = torch.empty(n_blocks, block_size, dtype=dtype, device=packed.device)
     table = _E2M1_PAIR_TABLE.to(packed.device)
+    pair_bits, scale = fused.kernel("e2m1_pair_bits", packed), fused.kernel("scale_blocks", packed)
+    if pair_bits is not None and scale is not None and sys.byteorder == "little":
+        values = pair_bits(packed.reshape(-1)).view(torch.float32)
+        return scale(values, apply_scale.decode, block_size, dtype)
+    out = torch.empty(n_blocks, block_size, dtype=dtype, device=packed.device)
     flat = packed.reshape(-1)
     half = block_size // 2
     index = _chunk_scratch(n_blocks, half, torch.int32, packed.device, "index")
@@ -533,6 +560,9 @@ def _fake_quantize_blocks(
     """Round blocks[i, :] * encode_scale[i] to E2M1 values and decode with `apply_scale`, chunk by
     chunk, straight into the output: same numbers as encode + decode, no packing."""
     n_blocks, block_size = blocks.shape
+    compiled = fused.kernel("fake_e2m1", blocks)
+    if compiled is not None:
+        return compiled(blocks, encode_scale, apply_scale.decode, saturate, dtype)
     out = torch.empty(n_blocks, block_size, dtype=dtype, device=blocks.device)
     magic = _chunk_scratch(n_blocks, block_size, torch.int32, blocks.device, "magic")
     staging = None
@@ -562,6 +592,7 @@ class _Nvfp4Scales:
     global_amax: torch.Tensor  # float32 scalar, g
     nonfinite_blocks: Optional[torch.Tensor]  # bool [rows, n_blocks] or None
     saturate: bool  # some |x * e_b| may reach 7: the element clamp at 6 is needed
+    block_scale_e4m3: Optional[torch.Tensor] = None  # s_b as float8_e4m3fn, when the fused kernel made it
 
 
 def _nvfp4_global_scales(global_amax: float) -> Tuple[float, float]:
@@ -583,8 +614,12 @@ def _nvfp4_scales(x2d: torch.Tensor, tile_rows: int, nonfinite: str, shape: torc
     """Block scales of a [rows, K_padded] tensor, following TE's recipe step by step."""
     rows, k = x2d.shape
     n_blocks = k // NVFP4_BLOCK
-    amax = _block_absmax(x2d.view(rows, n_blocks, NVFP4_BLOCK))  # [rows, n_blocks]
-    global_amax = _max_or_zero(amax)
+    compiled_absmax = fused.kernel("absmax_blocks", x2d)
+    if compiled_absmax is not None and x2d.numel():
+        amax, global_amax = compiled_absmax(x2d.view(rows, n_blocks, NVFP4_BLOCK))  # one pass for both
+    else:
+        amax = _block_absmax(x2d.view(rows, n_blocks, NVFP4_BLOCK))  # [rows, n_blocks]
+        global_amax = _max_or_zero(amax)
     nonfinite_blocks = None
     if not math.isfinite(float(global_amax)):  # max propagates NaN and inf: one cheap check
         if nonfinite == "error":
@@ -605,6 +640,12 @@ def _nvfp4_scales(x2d: torch.Tensor, tile_rows: int, nonfinite: str, shape: torc
     # TE folds 1/6 into the global multiplier, fp32(S_enc * fp32(1/6)), then one multiply per
     # block. Python floats holding exact fp32 values multiply a float32 tensor in fp32.
     multiplier = float(np.float32(encode_global) * np.float32(_FP32_ONE_SIXTH))
+    compiled = fused.kernel("nvfp4_block_scales", x2d)
+    if compiled is not None and amax.numel():
+        block_scale, decode, encode, peak, as_e4m3 = compiled(
+            amax, torch.tensor(multiplier, dtype=torch.float32), torch.tensor(decode_global, dtype=torch.float32)
+        )
+        return _Nvfp4Scales(block_scale, decode, encode, global_amax, nonfinite_blocks, bool(peak >= 7.0), as_e4m3)
     # Round to E4M3 (nearest even, saturating at 448) in fp32: the same values as torch's
     # float8 cast, without its slow decode back to fp32 on CPU.
     block_scale = amax * multiplier
@@ -623,9 +664,8 @@ def _quantize_nvfp4(x: torch.Tensor, tile_rows: int, nonfinite: str) -> Quantize
     rows, k = x2d.shape
     sc = _nvfp4_scales(x2d, tile_rows, nonfinite, x.shape)
     source = x2d if sc.nonfinite_blocks is None else _zero_nonfinite(x2d)
-    codes = torch.empty(rows, k // 2, dtype=torch.uint8, device=x.device)
-    _encode_blocks(source.view(-1, NVFP4_BLOCK), sc.encode.reshape(-1), codes.view(-1), sc.saturate)
-    block_scale = sc.block_scale.to(torch.float8_e4m3fn)  # exact: the values are on the grid
+    codes = _encode_blocks(source.view(-1, NVFP4_BLOCK), sc.encode.reshape(-1), None, sc.saturate).view(rows, k // 2)
+    block_scale = sc.block_scale_e4m3 if sc.block_scale_e4m3 is not None else sc.block_scale.to(torch.float8_e4m3fn)  # exact: on the grid
     if sc.nonfinite_blocks is not None:
         raw = block_scale.view(torch.uint8).clone()
         raw[sc.nonfinite_blocks] = E4M3_NAN
@@ -649,12 +689,14 @@ def _blockwise_scale(decode: torch.Tensor):
     def apply(y: torch.Tensor, start: int, stop: int) -> None:
         y.mul_(decode[start:stop, None])
 
+    apply.decode = decode  # the fused kernels take the factors themselves
     return apply
 
 
 def _dequantize_nvfp4(q: QuantizedTensor, dtype: torch.dtype) -> torch.Tensor:
     _, decode_global = _nvfp4_global_scales(float(q.global_amax))
-    decode = _e4m3_to_float(q.scales.reshape(-1)).mul_(decode_global)
+    with fused.single_thread_if_small(q.scales.numel()):
+        decode = _e4m3_to_float(q.scales.reshape(-1)).mul_(decode_global)
     out = _decode_blocks(q.codes, decode.numel(), NVFP4_BLOCK, _blockwise_scale(decode), dtype)
     return out.view(q.codes.numel() * 2 // q.padded_k, q.padded_k)
 
@@ -698,15 +740,17 @@ def _mx_shared_exponent(x2d: torch.Tensor, nonfinite: str, shape: torch.Size):
         amax = _block_absmax(_zero_nonfinite(x2d).view(rows, k // MXFP4_BLOCK, MXFP4_BLOCK))
     # floor(log2(amax)) from the fp32 exponent field; a subnormal or zero amax reads as -127 and
     # clamps to -127 below either way. E2M1's largest power of two is 2**2, hence the extra -2.
-    exponent_field = torch.bitwise_right_shift(amax.view(torch.int32), 23).bitwise_and_(0xFF)
-    shared_exp = exponent_field.sub_(127 + 2).clamp_(-127, 127)
-    return shared_exp, bad, _max_or_zero(amax)
+    with fused.single_thread_if_small(amax.numel()):  # per-block scalars: 1/32 of the tensor
+        exponent_field = torch.bitwise_right_shift(amax.view(torch.int32), 23).bitwise_and_(0xFF)
+        shared_exp = exponent_field.sub_(127 + 2).clamp_(-127, 127)
+        return shared_exp, bad, _max_or_zero(amax)
 
 
 def _pow2(exponent: torch.Tensor) -> torch.Tensor:
     """Exact float32 2**e for integer e in [-127, 127] (2**-127 is subnormal: built by halving)."""
-    normal = torch.bitwise_left_shift(exponent.clamp(min=-126) + 127, 23).view(torch.float32)
-    return torch.where(exponent < -126, normal * 0.5, normal)
+    with fused.single_thread_if_small(exponent.numel()):
+        normal = torch.bitwise_left_shift(exponent.clamp(min=-126) + 127, 23).view(torch.float32)
+        return torch.where(exponent < -126, normal * 0.5, normal)
 
 
 def _quantize_mxfp4(x: torch.Tensor, nonfinite: str) -> QuantizedTensor:
@@ -715,9 +759,9 @@ def _quantize_mxfp4(x: torch.Tensor, nonfinite: str) -> QuantizedTensor:
     shared_exp, bad, global_amax = _mx_shared_exponent(x2d, nonfinite, x.shape)
     source = x2d if bad is None else _zero_nonfinite(x2d)
     # x / 2**e as a multiply by 2**-e: exact, and 2**-e is a normal float for e in [-127, 125].
-    codes = torch.empty(rows, k // 2, dtype=torch.uint8, device=x.device)
-    _encode_blocks(source.view(-1, MXFP4_BLOCK), _pow2(shared_exp.neg()).reshape(-1), codes.view(-1))
-    scale_bytes = (shared_exp + 127).to(torch.uint8)
+    codes = _encode_blocks(source.view(-1, MXFP4_BLOCK), _pow2(shared_exp.neg()).reshape(-1), None).view(rows, k // 2)
+    with fused.single_thread_if_small(shared_exp.numel()):
+        scale_bytes = (shared_exp + 127).to(torch.uint8)
     if bad is not None:
         scale_bytes[bad] = E8M0_NAN
         codes.view(rows, k // MXFP4_BLOCK, MXFP4_BLOCK // 2)[bad] = 0
@@ -734,8 +778,9 @@ def _quantize_mxfp4(x: torch.Tensor, nonfinite: str) -> QuantizedTensor:
 
 
 def _e8m0_to_float(scale_bytes: torch.Tensor) -> torch.Tensor:
-    value = _pow2((scale_bytes.to(torch.int32) - 127).clamp(max=127))
-    return torch.where(scale_bytes == E8M0_NAN, torch.full_like(value, float("nan")), value)
+    with fused.single_thread_if_small(scale_bytes.numel()):
+        value = _pow2((scale_bytes.to(torch.int32) - 127).clamp(max=127))
+        return torch.where(scale_bytes == E8M0_NAN, torch.full_like(value, float("nan")), value)
 
 
 def _dequantize_mxfp4(q: QuantizedTensor, dtype: torch.dtype) -> torch.Tensor:
@@ -818,13 +863,11 @@ def _scale_into(y: torch.Tensor, source: torch.Tensor, scale: torch.Tensor) -> t
 def _quantize_fp8(x: torch.Tensor, granularity: Optional[str], nonfinite: str) -> QuantizedTensor:
     channel = granularity == "channel"
     x2d, amax, encode, decode, finite_mask = _fp8_plan(x, granularity, nonfinite)
-    codes = torch.empty(x2d.shape, dtype=torch.uint8, device=x.device)
-    as_e4m3 = codes.view(torch.float8_e4m3fn)
-    for index, scale in _fp8_segments(x2d, encode, channel):
-        source = x2d[index]
-        y = _scratch(source.numel(), torch.float32, x.device, "scaled").view(source.shape)
-        _scale_into(y, source, scale)
-        as_e4m3[index].copy_(y)  # torch's float8 cast: round to nearest even, saturating at 448
+    compiled = fused.kernel("encode_e4m3", x2d)
+    if compiled is not None:
+        codes = compiled(x2d, encode)
+    else:
+        codes = _encode_fp8_eager(x2d, encode, channel)
     if finite_mask is not None:
         codes[~finite_mask] = E4M3_NAN
     lead = x.shape[:-1]
@@ -839,15 +882,29 @@ def _quantize_fp8(x: torch.Tensor, granularity: Optional[str], nonfinite: str) -
     )
 
 
+def _encode_fp8_eager(x2d: torch.Tensor, encode: torch.Tensor, channel: bool) -> torch.Tensor:
+    codes = torch.empty(x2d.shape, dtype=torch.uint8, device=x2d.device)
+    as_e4m3 = codes.view(torch.float8_e4m3fn)
+    for index, scale in _fp8_segments(x2d, encode, channel):
+        source = x2d[index]
+        y = _scratch(source.numel(), torch.float32, x2d.device, "scaled").view(source.shape)
+        _scale_into(y, source, scale)
+        as_e4m3[index].copy_(y)  # torch's float8 cast: round to nearest even, saturating at 448
+    return codes
+
+
 def _dequantize_fp8(q: QuantizedTensor, dtype: torch.dtype) -> torch.Tensor:
     channel = q.block == "channel"
     k = q.shape[-1]
     codes = q.codes.view(torch.float8_e4m3fn)
     codes2d = codes.reshape(-1, k) if channel else codes.reshape(1, -1)
     decode = q.scales.reshape(-1, 1) if channel else q.scales.reshape(())
-    out = torch.empty(codes2d.shape, dtype=dtype, device=codes.device)
     # A 256-entry table gather decodes E4M3 much faster than torch's elementwise float8 cast on CPU.
     table = _E4M3_TABLE.to(codes.device)
+    compiled = fused.kernel("decode_e4m3", codes2d)
+    if compiled is not None:
+        return compiled(codes2d.view(torch.uint8), table, decode, dtype).view(-1, k)
+    out = torch.empty(codes2d.shape, dtype=dtype, device=codes.device)
     raw = codes2d.view(torch.uint8)
     for index, scale in _fp8_segments(codes2d, decode, channel):
         source = raw[index]
@@ -866,6 +923,12 @@ def _fake_quantize_fp8(x: torch.Tensor, granularity: Optional[str], nonfinite: s
     """quantize + dequantize for fp8 in one streamed pass per chunk."""
     channel = granularity == "channel"
     x2d, _, encode, decode, finite_mask = _fp8_plan(x, granularity, nonfinite)
+    compiled = fused.kernel("fake_e4m3", x2d)
+    if compiled is not None:
+        out = compiled(x2d, encode, decode, x.dtype)
+        if finite_mask is not None:
+            out[~finite_mask] = float("nan")
+        return out.view(-1, x.shape[-1])
     out = torch.empty(x2d.shape, dtype=x.dtype, device=x.device)
     for (index, scale), (_, unscale) in zip(_fp8_segments(x2d, encode, channel), _fp8_segments(x2d, decode, channel)):
         source = x2d[index]

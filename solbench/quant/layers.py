@@ -14,7 +14,7 @@ checked up front and reported by `BackendUnavailableError`.
 from __future__ import annotations
 
 import weakref
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -233,13 +233,31 @@ class TELinear(nn.Module):
         self.recipe = recipe
         self.name = name
         device = linear.weight.device
-        self.inner = te.Linear(
-            linear.in_features,
-            linear.out_features,
-            bias=linear.bias is not None,
-            params_dtype=linear.weight.dtype,
-            device=device,
-        )
+        # The copy holds only its low-precision weight where TE allows: built under TE's
+        # quantized-parameter init (quantized_model_init, TE >= 2.8; fp8_model_init before), te.Linear
+        # stores the weight as a QuantizedTensor (FP8 or NVFP4 data + scales) and no BF16 copy.
+        # Where this TE cannot (an older release, a recipe without quantized parameters), the
+        # weight stays in BF16 and TE quantizes it on each forward; ``low_precision_weights`` says which.
+        init = getattr(te, "quantized_model_init", None) or getattr(te, "fp8_model_init", None)
+        self.low_precision_weights = False
+        self.inner = None
+        if init is not None:
+            try:
+                with init(enabled=True, recipe=self._te_recipe):
+                    self.inner = te.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                                           params_dtype=linear.weight.dtype, device=device)
+                self.low_precision_weights = type(self.inner.weight).__name__ != "Parameter" or hasattr(
+                    self.inner.weight, "quantize_")
+            except (NotImplementedError, ValueError, RuntimeError, TypeError, AssertionError):
+                self.inner = None
+        if self.inner is None:
+            self.inner = te.Linear(
+                linear.in_features,
+                linear.out_features,
+                bias=linear.bias is not None,
+                params_dtype=linear.weight.dtype,
+                device=device,
+            )
         # TE >= 2.8 calls it autocast(recipe=...); older releases fp8_autocast(fp8_recipe=...).
         if hasattr(te, "autocast"):
             self._autocast = lambda: te.autocast(enabled=True, recipe=self._te_recipe)
@@ -260,16 +278,45 @@ class TELinear(nn.Module):
         """Copy full-precision weights in; TE quantizes them on the forward pass."""
         if not bool(torch.isfinite(weight).all()) and self.recipe.nonfinite == "error":
             raise NonFiniteError(f"layer {self.name!r}: weight has non-finite values")
-        self.inner.weight.copy_(weight)
+        target = self.inner.weight
+        if callable(getattr(target, "quantize_", None)):  # a QuantizedTensor: re-quantize in place
+            target.quantize_(weight.to(device=target.device))
+        else:
+            target.copy_(weight)
         if bias is not None:
             self.inner.bias.copy_(bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with self._autocast():
-            return self.inner(x)
+            return te_rows_padded(self.inner, x, te_row_multiple(self.recipe))
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, precision={self.recipe.label!r} (TransformerEngine)"
+
+
+def te_row_multiple(recipe: QuantRecipe) -> int:
+    """Rows (the product of an input's leading dimensions) TE's quantized GEMMs need a multiple of:
+    8 for FP8, 16 for NVFP4 (its 16-element blocks run along both GEMM operands' K, and the FP4
+    kernels tile rows by 16)."""
+    return 16 if recipe.format in ("nvfp4", "mxfp4") else 8
+
+
+def te_rows_padded(linear: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, multiple: int) -> torch.Tensor:
+    """``linear(x)`` with x's rows zero-padded to a multiple of ``multiple`` and the padding dropped after.
+
+    TE raises on a GEMM whose leading dimensions do not multiply to a multiple of 8 (16 for FP4):
+    FLUX's modulation layers see [B, 3072] inputs, so any rollout chunk, CFG half or rank shard whose
+    B is not a multiple failed. Zero rows change no real row's result: quantization scales are per
+    16-element block along a row and the per-tensor amax ignores zeros.
+    """
+    lead, width = x.shape[:-1], x.shape[-1]
+    rows = x.numel() // width if width else 0
+    pad = (-rows) % multiple
+    if pad == 0:
+        return linear(x)
+    flat = torch.cat([x.reshape(rows, width), x.new_zeros(pad, width)])
+    out = linear(flat)
+    return out[:rows].reshape(*lead, out.shape[-1])
 
 
 def make_quantized_layer(

@@ -3,7 +3,7 @@
 ``write_report(spec_or_experiment)`` reads ``results/<experiment>/*.parquet`` and writes
 ``reports/<experiment>/`` (index.md, index.html, one CSV per table, one PNG per figure). Report
 kinds are plugins: one function ``(Tables) -> Table | Figure | Note | list`` registered with
-``@report_kind``. Built-in kinds, in report order: main_results, timing, learning_curves,
+``@report_kind``. Built-in kinds, in report order: findings, main_results, timing, learning_curves,
 convergence, ranking_fidelity, ablations, sweep_heatmap, cost_projection, sample_grids.
 See docs/reports.md.
 """
@@ -12,6 +12,7 @@ from solbench.report.registry import Figure, Note, ReportKind, Table, get_kind, 
 from solbench.report.tables import ReportOptions, Tables
 
 # Importing the plugin modules registers the built-in report kinds.
+from solbench.report import findings as _findings  # noqa: E402,F401  isort: skip
 from solbench.report import main_results as _main_results  # noqa: E402,F401  isort: skip
 from solbench.report import timing as _timing  # noqa: E402,F401  isort: skip
 from solbench.report import curves as _curves  # noqa: E402,F401  isort: skip

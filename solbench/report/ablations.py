@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from solbench.report.main_results import final_and_base
+from solbench.report.paired import paired_difference
 from solbench.report.plotting import new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import fmt_ci, fmt_num, mean_ci
@@ -66,6 +67,11 @@ def ablations(tables: Tables):
             settings[c] = settings[c].map(_hashable)
         data = finals.merge(settings, on="run_id")
         tidy, display = [], []
+        modes = {c: settings[c].value_counts().index[0] for c in axes}
+        default = data[np.logical_and.reduce([data[c] == v for c, v in modes.items()])]
+        default_arm = default["arm"].iloc[0] if len(default) else None
+        headline = rewards[0]
+        covers = set()
         for combo, g in data.groupby(axes, sort=False, dropna=False):
             combo = combo if isinstance(combo, tuple) else (combo,)
             row = {_axis_label(c): v for c, v in zip(axes, combo)}
@@ -74,6 +80,16 @@ def ablations(tables: Tables):
                 ci = mean_ci(g.loc[g["metric"] == metric, "final"].values, level)
                 row.update({f"{metric}_mean": ci.mean, f"{metric}_lo": ci.lo, f"{metric}_hi": ci.hi})
                 disp[metric] = fmt_ci(ci)
+            arm = g["arm"].iloc[0]
+            paired = (paired_difference(tables, model, headline, arm, default_arm)
+                      if default_arm is not None and arm != default_arm else None)
+            row.update(vs_default_mean=paired.ci.mean if paired else np.nan,
+                       vs_default_lo=paired.ci.lo if paired else np.nan, vs_default_hi=paired.ci.hi if paired else np.nan)
+            if paired is not None:
+                covers.add(paired.ci.covers)
+            disp[f"Δ vs default {headline}"] = ("0 (default)" if arm == default_arm else "-" if paired is None else
+                                                f"{paired.ci.mean:+.4f} [{paired.ci.lo:+.4f}, {paired.ci.hi:+.4f}]"
+                                                if math.isfinite(paired.ci.lo) else f"{paired.ci.mean:+.4f} (no interval)")
             row["n_seeds"] = disp["seeds"] = g["seed"].nunique()
             tidy.append(row)
             display.append(disp)
@@ -88,7 +104,11 @@ def ablations(tables: Tables):
             "Mirrors the paper's Tables 2 (explore steps) and 3 (candidate pool N at K = 24): the final eval "
             f"rewards of every setting of {name} in these results, mean ± half-width of the {level:.0%} t interval "
             "over seeds, at each run's last evaluation. Paper (FLUX.1, HPSv2): explore steps 2/4/6/8 -> "
-            "0.3587/0.3650/0.3686/0.3659; N 24/48/72/96 -> 0.3569/0.3622/0.3663/0.3686."), display=display_df))
+            "0.3587/0.3650/0.3686/0.3659; N 24/48/72/96 -> 0.3569/0.3622/0.3663/0.3686."
+            + (f" Δ vs default: paired difference in `{headline}` from the default arm ({default_arm}: every setting at "
+               "its most common value) on the same eval prompts and eval seeds, runs paired by run seed, at the last "
+               f"evaluation both reached, [{level:.0%} hierarchical bootstrap interval covering "
+               f"{'; '.join(sorted(covers)) or 'nothing'}]." if default_arm is not None else "")), display=display_df))
         outputs.append(_ablation_figure(model, method, name, data, axes, rewards[0], level))
     if not outputs:
         return Note("Ablations", "No method setting varies between the done runs of any model and method: "

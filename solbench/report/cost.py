@@ -26,19 +26,21 @@ tokens, L = L_i + L_t:
   width m = 2.5 d: 2 m d + 9 * 2 m + m d per token.
 The tests check these against ``solbench.flops`` (FlopCounterMode) to better than 0.5 %.
 
-Seconds per iteration for the paper's setting (``PaperSetting``: 48 prompt groups per iteration on
-8 GPUs, N = 96, K = 24, 10 full steps, 6 explore steps, DiffusionNFT training on 9 timesteps of each
-of the K samples) on a hardware profile with dense peaks P_bf16, P_fp8, P_fp4 and an assumed
-utilisation ``mfu`` of every peak:
+Seconds per iteration in the paper's setting (``PaperSetting``: 48 prompt groups per iteration on 8
+GPUs, N = 96, K = 24, 10 full steps, 6 explore steps) with, per model (``PAPER_MODELS``, from the public
+configs): resolution R, forwards per sampling step c (2 with classifier-free guidance), trained
+timesteps T_tr, text-encoder FLOPs per prompt E, VAE-decode V and reward W FLOPs per image. With u the
+utilisation of every GEMM-like op (of its own peak) and u_a that of fused attention:
 
-- naive BF16 scaling rollout:  P N T F / (G P_bf16 mfu)
-- Sol-RL rollout:  P N T_e (F_lin / P_low + F_att / P_bf16) / (G mfu) + P K T F / (G P_bf16 mfu)
-  (P_low = FP4 peak where the hardware has FP4, else FP8: Hopper explores in FP8)
-- training (both):  P K T_train (3 F + F + F) / (G P_bf16 mfu)  (policy forward + backward,
-  old-policy forward, reference forward for the KL term)
-- end to end = rollout + training. Not modelled: text encoders, VAE decoding, reward models,
-  the weight re-quantization, communication and the optimizer step. Those are why a FLOP
-  projection underestimates small models most (SANA).
+- forward  f = F_lin / (P_bf16 u) + F_att / (P_bf16 u_a);  explore forward f_e: the quantized linears
+  F_q at P_low (NVFP4 on B200, FP8 on Hopper), the rest as f
+- naive BF16 rollout = [P N (T c f + (V + W) / (P_bf16 u)) + P E / (P_bf16 u)] / G
+- Sol-RL rollout = [P N (T_e c f_e + ...) + P K (T c f + ...) + 2 P E / ...] / G
+- training (both) = P K T_tr 5 f / G (policy forward + backward with recompute, old policy, reference)
+- end to end = rollout + training (+ re-quantization for Sol-RL, a share of its iteration).
+
+docs/reports.md ("Cost projection") sources every number; a test asserts all 12 Table 5 cells within
+25 % and the speedups within 15 %.
 """
 
 from __future__ import annotations
@@ -89,10 +91,14 @@ def get_hardware(name: str) -> Hardware:
 
 @dataclass(frozen=True)
 class ForwardFlops:
-    """FLOPs of one transformer forward for one image, split by what an FP4 recipe quantizes."""
+    """FLOPs of one transformer forward for one image, split by what an FP4 recipe quantizes.
+
+    ``quantized``: the part of ``linear`` in the layers the paper's NVFP4 recipe of the model swaps for
+    TransformerEngine linears (None: not known; then all of ``linear``)."""
 
     linear: float
     attention: float
+    quantized: float | None = None
 
     @property
     def total(self) -> float:
@@ -111,7 +117,11 @@ def _flux(cfg: dict, image_tokens: int, text_tokens: int) -> ForwardFlops:
     macs_lin += 2 * (256 * d + d * d) + (n_embeds - 2) * (256 * d + d * d) + (cfg["pooled_projection_dim"] * d + d * d)
     macs_lin += 2 * d * d + d * cfg["in_channels"] * li  # norm_out modulation, proj_out (out = in channels)
     macs_att = (cfg["num_layers"] + cfg["num_single_layers"]) * 2 * L * L * d
-    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att)
+    # NVFP4 (Sana configs/nft/nft_flux1.py): every block linear incl. its modulation; embedders,
+    # time_text_embed, norm_out and proj_out (64 outputs < min dim 1000) stay BF16
+    macs_q = (cfg["num_layers"] + cfg["num_single_layers"]) * per_token * L
+    macs_q += cfg["num_layers"] * 2 * 6 * d * d + cfg["num_single_layers"] * 3 * d * d
+    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att, 2.0 * macs_q)
 
 
 def _sd3(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlops:
@@ -130,7 +140,10 @@ def _sd3(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlop
     macs_lin += (n - 1) * (6 * d * d + 12 * d * d * lt) + (2 * d * d + 3 * d * d * lt)
     macs_lin += 2 * d * d + d * p * p * cfg["out_channels"] * li  # norm_out, proj_out
     macs_att = n * 2 * L * L * d
-    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att)
+    # NVFP4 (Sana configs/nft/nft_sd3.py): skips pos_embed, context_embedder, time_text_embed, norm_out,
+    # norm1* (modulation), ff_context (text MLP) and layers under 2432 features (proj_out)
+    macs_q = n * 12 * d * d * li + (n - 1) * 4 * d * d * lt + 3 * d * d * lt
+    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att, 2.0 * macs_q)
 
 
 def _sana(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlops:
@@ -152,7 +165,11 @@ def _sana(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlo
     macs_lin += d * p * p * cfg["out_channels"] * li  # proj_out
     # linear attention: (h+1) x h state per head from K, V, then applied to Q; cross-attention is softmax
     macs_att = n * (2 * li * d * (h + 1) + 2 * li * lt * dc)
-    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att)
+    # NVFP4 (Sana configs/sol_rl/sana.py): skips attn.qkv, the embedders, t_block and final layer; the
+    # Mix-FFN is made of Conv2d layers, which the nn.Linear swap leaves in BF16. Quantized: the
+    # self-attention output and the cross-attention q, kv and output projections.
+    macs_q = n * ((d * d + d * dc + dc * d) * li + 2 * cfg["cross_attention_dim"] * dc * lt)
+    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att, 2.0 * macs_q)
 
 
 def forward_flops(model: str, resolution: int | None = None) -> ForwardFlops:
@@ -184,6 +201,42 @@ PAPER_CITATION = "Sol-RL (arXiv 2604.06916), Table 5: seconds per iteration on 8
 
 
 @dataclass(frozen=True)
+class ModelSetting:
+    """What one model's Table 5 iteration runs besides the counts shared by all three (PaperSetting).
+
+    Every value is sourced in docs/reports.md, "Cost projection"."""
+
+    resolution: int  # px: the public config's resolution
+    rollout_passes: int  # transformer forwards per sampling step (2 = classifier-free guidance)
+    train_timesteps: int  # int(T * timestep_fraction) trained timesteps per trained sample
+    text_tflops: float  # text encoders, per prompt (encoded once per prompt and reused by its candidates)
+    vae_tflops: float  # VAE decoding of one image at ``resolution`` (solbench.flops.vae_decode_flops)
+    reward_tflops: float  # one reward-model call per image
+
+
+#: ViT-H/14 at 224 px (HPSv2 and PickScore; 632 M parameters, 257 tokens): 2 x parameters x tokens.
+REWARD_TFLOPS = 2 * 632e6 * 257 / 1e12
+
+PAPER_MODELS: dict[str, ModelSetting] = {
+    # Sana configs/nft/nft_flux1.py: 512 px, guidance 1.0 into FLUX's distilled-guidance input (one
+    # forward per step), timestep_fraction 0.4 of 10; T5-XXL (4.76 B, 512 tokens) + CLIP-L (123 M, 77)
+    "flux": ModelSetting(resolution=512, rollout_passes=1, train_timesteps=4,
+                         text_tflops=2 * (4.76e9 * 512 + 123e6 * 77) / 1e12, vae_tflops=2.515,
+                         reward_tflops=REWARD_TFLOPS),
+    # Sana configs/nft/nft_sd3.py: 1024 px, 10 steps, timestep_fraction 0.99 -> 9; rollouts with two
+    # forwards per step (CFG): inferred from Table 5, see docs/reports.md; T5-XXL (256 tokens),
+    # CLIP-L and CLIP-G (695 M, 77 tokens)
+    "sd3": ModelSetting(resolution=1024, rollout_passes=2, train_timesteps=9,
+                        text_tflops=2 * (4.76e9 * 256 + (123e6 + 695e6) * 77) / 1e12, vae_tflops=10.472,
+                        reward_tflops=REWARD_TFLOPS),
+    # Sana configs/sol_rl/sana.py: 1024 px, 10 steps, 0.99 -> 9; CFG rollouts inferred as for SD3.5-L;
+    # Gemma-2-2B (2.6 B parameters, 300 tokens); DC-AE f32c32 decoder
+    "sana": ModelSetting(resolution=1024, rollout_passes=2, train_timesteps=9,
+                         text_tflops=2 * 2.6e9 * 300 / 1e12, vae_tflops=8.369, reward_tflops=REWARD_TFLOPS),
+}
+
+
+@dataclass(frozen=True)
 class PaperSetting:
     """One iteration of the paper's runs (paper.md: 48 prompt groups per iteration on 8 GPUs)."""
 
@@ -193,40 +246,68 @@ class PaperSetting:
     k: int = 24  # trained samples per prompt
     full_steps: int = 10  # BF16 rollout steps
     explore_steps: int = 6  # Sol-RL FP4 preview steps
-    train_timesteps: int = 9  # DiffusionNFT: int(0.99 * 10) timesteps per trained sample
-    train_forwards: float = 5.0  # policy fwd+bwd (3) + old policy (1) + reference for the KL term (1)
-    resolution: int = 512  # assumed training resolution (FlowGRPO/DiffusionNFT train at 512 px)
+    train_forwards: float = 5.0  # policy fwd + bwd with checkpointing (3) + old policy (1) + reference (1)
+    mfu: float = 0.30  # utilisation of every GEMM-like op (BF16, NVFP4, convolutions), of its own peak
+    attention_mfu: float = 0.75  # utilisation of the fused attention kernels (BF16)
+    requant_share: float = 0.02  # re-quantization after each update: share of the Sol-RL iteration
+    models: tuple[tuple[str, ModelSetting], ...] = tuple(PAPER_MODELS.items())
+
+    def model(self, name: str) -> ModelSetting:
+        return dict(self.models)[name]
 
 
-def project_iteration(flops: ForwardFlops, hw: Hardware, setting: PaperSetting, mfu: float) -> dict[str, float]:
-    """Projected seconds per iteration (see the module docstring for the formulas)."""
+def project_iteration(model: str, hw: Hardware, setting: PaperSetting | None = None,
+                      mfu: float | None = None) -> dict[str, float]:
+    """Projected seconds per iteration of ``model`` (flux | sd3 | sana) in the paper's setting.
+
+    Per image: T sampling steps of ``rollout_passes`` forwards, one VAE decode and one reward call; per
+    prompt one text encoding. Sol-RL's explore runs the quantized linears at the low-precision peak.
+    Training: K samples x train_timesteps x train_forwards forwards (no CFG). ``mfu`` overrides the
+    setting's GEMM utilisation.
+    """
+    s = setting or PaperSetting()
+    mfu = s.mfu if mfu is None else mfu
     if not 0 < mfu <= 1:
         from solbench.errors import ConfigError
 
         raise ConfigError(f"mfu must be in (0, 1], got {mfu}")
-    s = setting
-    bf16 = hw.bf16 * 1e15 * mfu * s.gpus
+    m = s.model(model)
+    f = forward_flops(model, m.resolution)
+    quantized = f.linear if f.quantized is None else f.quantized
+    bf16 = hw.bf16 * 1e15
     low_peak, _ = hw.explore_peak()
-    low = low_peak * 1e15 * mfu * s.gpus
-    naive_rollout = s.prompts_per_iter * s.n * s.full_steps * flops.total / bf16
-    explore = s.prompts_per_iter * s.n * s.explore_steps * (flops.linear / low + flops.attention / bf16)
-    regenerate = s.prompts_per_iter * s.k * s.full_steps * flops.total / bf16
-    train = s.prompts_per_iter * s.k * s.train_timesteps * s.train_forwards * flops.total / bf16
+    low = low_peak * 1e15
+    forward = f.linear / (bf16 * mfu) + f.attention / (bf16 * s.attention_mfu)
+    forward_low = (quantized / (low * mfu) + (f.linear - quantized) / (bf16 * mfu)
+                   + f.attention / (bf16 * s.attention_mfu))
+    per_image = (m.vae_tflops + m.reward_tflops) * 1e12 / (bf16 * mfu)  # decode + score
+    text = m.text_tflops * 1e12 / (bf16 * mfu)
+    P, G = s.prompts_per_iter, s.gpus
+    naive_rollout = (P * s.n * (s.full_steps * m.rollout_passes * forward + per_image) + P * text) / G
+    explore = (P * s.n * (s.explore_steps * m.rollout_passes * forward_low + per_image) + P * text) / G
+    regenerate = (P * s.k * (s.full_steps * m.rollout_passes * forward + per_image) + P * text) / G
+    train = P * s.k * m.train_timesteps * s.train_forwards * forward / G
+    requant = s.requant_share / (1 - s.requant_share) * (explore + regenerate + train)
     return {"rollout_naive": naive_rollout, "rollout_sol": explore + regenerate, "explore": explore,
-            "regenerate": regenerate, "train": train, "e2e_naive": naive_rollout + train,
-            "e2e_sol": explore + regenerate + train}
+            "regenerate": regenerate, "train": train, "requant": requant, "e2e_naive": naive_rollout + train,
+            "e2e_sol": explore + regenerate + train + requant}
 
 
-def paper_projection(hardware: str = "B200", mfu: float = 0.4, setting: PaperSetting | None = None) -> pd.DataFrame:
-    """Projected Table 5 for FLUX.1, SD3.5-L and SANA beside the paper's numbers, with relative errors."""
+def paper_projection(hardware: str = "B200", mfu: float | None = None, setting: PaperSetting | None = None) -> pd.DataFrame:
+    """Projected Table 5 for FLUX.1, SD3.5-L and SANA beside the paper's numbers, with relative errors.
+
+    ``mfu`` None uses the setting's utilisation (the value documented in docs/reports.md)."""
     hw = get_hardware(hardware)
     setting = setting or PaperSetting()
     rows = []
     for _, paper in PAPER_TABLE5.iterrows():
-        f = forward_flops(paper["model"], setting.resolution)
-        proj = project_iteration(f, hw, setting, mfu)
-        row = {"model": paper["label"], "hardware": hw.name, "mfu": mfu, "resolution": setting.resolution,
-               "tflops_per_forward": f.total / 1e12, "attention_share": f.attention / f.total}
+        m = setting.model(paper["model"])
+        f = forward_flops(paper["model"], m.resolution)
+        proj = project_iteration(paper["model"], hw, setting, mfu)
+        row = {"model": paper["label"], "hardware": hw.name, "mfu": setting.mfu if mfu is None else mfu,
+               "resolution": m.resolution, "rollout_passes": m.rollout_passes, "train_timesteps": m.train_timesteps,
+               "tflops_per_forward": f.total / 1e12, "attention_share": f.attention / f.total,
+               "quantized_share": (f.quantized or f.linear) / f.total}
         for key in ("rollout_naive", "rollout_sol", "e2e_naive", "e2e_sol"):
             row[f"{key}_projected_s"] = proj[key]
             if hw.name == "B200":
@@ -237,6 +318,8 @@ def paper_projection(hardware: str = "B200", mfu: float = 0.4, setting: PaperSet
         if hw.name == "B200":
             row["rollout_speedup_paper"] = paper["rollout_naive"] / paper["rollout_sol"]
             row["e2e_speedup_paper"] = paper["e2e_naive"] / paper["e2e_sol"]
+            row["rollout_speedup_rel_error"] = row["rollout_speedup_projected"] / row["rollout_speedup_paper"] - 1
+            row["e2e_speedup_rel_error"] = row["e2e_speedup_projected"] / row["e2e_speedup_paper"] - 1
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -253,11 +336,12 @@ def cost_projection(tables: Tables):
     setting = PaperSetting()
     outputs = []
     for hw_name in dict.fromkeys([hw.name, "B200"]):
-        df = paper_projection(hw_name, opts.mfu, setting)
+        df = paper_projection(hw_name, None, setting)  # the documented utilisations, not --mfu
         display = []
         for _, r in df.iterrows():
-            row = {"model": r["model"], "TFLOP/forward": f"{r['tflops_per_forward']:.2f}",
-                   "attention share": f"{r['attention_share']:.1%}"}
+            row = {"model": r["model"], "px": int(r["resolution"]), "passes/step": int(r["rollout_passes"]),
+                   "trained t": int(r["train_timesteps"]), "TFLOP/forward": f"{r['tflops_per_forward']:.2f}",
+                   "attention share": f"{r['attention_share']:.1%}", "NVFP4 share": f"{r['quantized_share']:.0%}"}
             for key, label in (("rollout_naive", "rollout naive"), ("rollout_sol", "rollout Sol-RL"),
                                ("e2e_naive", "E2E naive"), ("e2e_sol", "E2E Sol-RL")):
                 cell = f"{r[f'{key}_projected_s']:.0f}"
@@ -272,17 +356,17 @@ def cost_projection(tables: Tables):
         low_peak, low_name = HARDWARE[hw_name].explore_peak()
         caption = (
             f"PROJECTION from FLOPs, not a measurement. Hardware profile {hw_name} ({HARDWARE[hw_name].source}): BF16 "
-            f"{HARDWARE[hw_name].bf16} PFLOP/s, explore in {low_name} at {low_peak} PFLOP/s (attention stays BF16), "
-            f"each at an assumed {opts.mfu:.0%} utilisation. Setting of the paper's runs: "
-            f"{setting.prompts_per_iter} prompt groups per iteration on {setting.gpus} GPUs, N={setting.n}, "
-            f"K={setting.k}, {setting.full_steps} full and {setting.explore_steps} explore steps, "
-            f"{setting.train_timesteps} training timesteps x {setting.train_forwards:g} forward-equivalents per "
-            f"trained sample, {setting.resolution} px. FLOPs per forward from the architecture configs in "
-            "solbench/flops.py (formulas in docs/reports.md). Not modelled: text encoders, VAE, reward models, "
-            "re-quantization, communication, optimizer."
-            + (f" In parentheses: {PAPER_CITATION}, and the projection's relative error. A large error means the "
-               "iteration is not dominated by the modelled transformer FLOPs under these assumptions (other "
-               "resolution or CFG, or encoder/VAE/reward/communication time)." if hw_name == "B200" else "")
+            f"{HARDWARE[hw_name].bf16} PFLOP/s, explore in {low_name} at {low_peak} PFLOP/s (only the layers the "
+            f"model's NVFP4 recipe quantizes; attention stays BF16). Every GEMM-like op (BF16, {low_name}, VAE "
+            f"convolutions) at {setting.mfu:.0%} of its peak, fused attention at {setting.attention_mfu:.0%}. Setting "
+            f"of the paper's runs: {setting.prompts_per_iter} prompt groups per iteration on {setting.gpus} GPUs, "
+            f"N={setting.n}, K={setting.k}, {setting.full_steps} full and {setting.explore_steps} explore steps; per "
+            f"model its public config's resolution, forwards per step (2 = CFG) and trained timesteps (columns), "
+            f"x {setting.train_forwards:g} forward-equivalents per trained timestep, text encoders per prompt, a VAE "
+            f"decode and a reward call per image, re-quantization {setting.requant_share:.0%} of the Sol-RL iteration. "
+            "Every assumption and its source: docs/reports.md, Cost projection. Not modelled: communication, the "
+            "optimizer step, data loading."
+            + (f" In parentheses: {PAPER_CITATION}, and the projection's relative error." if hw_name == "B200" else "")
         )
         outputs.append(Table(f"cost_projection_{hw_name.lower()}", f"PROJECTED seconds per iteration on 8x {hw_name}",
                              df, caption, display=pd.DataFrame(display)))

@@ -21,6 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from solbench.report.clock import clock_at, describe, hardware
 from solbench.report.plotting import arm_styles, new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import bootstrap_ci, fmt_num, mean_ci
@@ -33,13 +34,14 @@ def curve_table(tables: Tables, split: str, metric: str) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     gpus = _gpus_per_run(tables)
-    rows = rows.assign(gpu_hours=rows["run_id"].map(gpus) * rows["wall_s"] / 3600.0)
+    rows = rows.assign(gpu_hours=rows["run_id"].map(gpus) * rows["wall_s"] / 3600.0, projected_s=clock_at(tables, rows))
     out = []
     level = tables.options.ci_level
     for (model, arm, method, step), g in rows.groupby(["model", "arm", "method", "step"], sort=True):
         ci = mean_ci(g["value"].values, level)
         out.append(dict(model=model, arm=arm, method=method, step=int(step), mean=ci.mean, ci_lo=ci.lo, ci_hi=ci.hi,
-                        n_seeds=ci.n, wall_s=float(g["wall_s"].mean()), gpu_hours=float(g["gpu_hours"].mean())))
+                        n_seeds=ci.n, wall_s=float(g["wall_s"].mean()), gpu_hours=float(g["gpu_hours"].mean()),
+                        projected_s=float(g["projected_s"].mean())))
     return pd.DataFrame(out)
 
 
@@ -60,6 +62,15 @@ def _time_axis(seconds_max: float) -> tuple[float, str]:
     if seconds_max < 3 * 3600:
         return 60.0, "minutes"
     return 3600.0, "hours"
+
+
+def _projected_axis(seconds_max: float) -> tuple[float, str]:
+    if not np.isfinite(seconds_max) or seconds_max <= 0:
+        return 1.0, "s"
+    for scale, unit in ((1e-6, "µs"), (1e-3, "ms"), (1.0, "s"), (60.0, "min"), (3600.0, "h")):
+        if seconds_max < 1000 * scale:
+            return scale, unit
+    return 3600.0, "h"
 
 
 def _metrics(tables: Tables) -> list[tuple[str, str]]:
@@ -90,6 +101,11 @@ def learning_curves(tables: Tables):
         xs.append(("wall_s", f"wall-clock training time ({unit})", scale))
         if has_gpu:
             xs.append(("gpu_hours", "GPU-hours", 1.0))
+        has_projection = any(c["projected_s"].notna().any() for c in per.values())
+        if has_projection:
+            proj_max = max(c["projected_s"].max() for c in per.values())
+            pscale, punit = _projected_axis(proj_max)
+            xs.append(("projected_s", f"PROJECTED {hardware(tables).name} time ({punit})", pscale))
         runs = tables.done_runs[tables.done_runs["model"] == model]
         arms = tables.arm_order(runs)
         styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])))
@@ -123,7 +139,9 @@ def learning_curves(tables: Tables):
             "full-precision reward of the trained samples), one column per x axis. Lines: mean over seeds; bands: "
             f"{level:.0%} Student-t interval over seeds ({'/'.join(map(str, n_seeds))} seeds per point). Wall-clock: "
             "cumulative training seconds (evaluation excluded), averaged over seeds at each step."
-            + ("" if has_gpu else " GPU-hours are not shown: these runs did not run on GPUs.")), data=data))
+            + ("" if has_gpu else " GPU-hours are not shown: these runs did not run on GPUs.")
+            + (f" Last column, {describe(tables)} Mean over seeds at each step." if has_projection else
+               " No projected GPU clock: the timings carry no FLOP counts.")), data=data))
     return outputs
 
 
@@ -148,15 +166,64 @@ def _speedup(ref_value: np.ndarray, ref_wall: np.ndarray, value: np.ndarray, wal
     return t_ref / t_arm
 
 
+def _curves(m: pd.DataFrame, runs: pd.DataFrame, arm: str, xcol: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, x) matrices, evaluation steps x runs of one arm (steps every run of it reached)."""
+    cols = list(runs.loc[runs["arm"] == arm, "run_id"])
+    a = m[m["run_id"].isin(cols)]
+    if a.empty or a[xcol].isna().all():
+        return np.empty((0, 0)), np.empty((0, 0))
+    pv = a.pivot_table(index="step", columns="run_id", values="value").reindex(columns=cols).dropna(axis=1, how="all")
+    px = a.pivot_table(index="step", columns="run_id", values=xcol).reindex(columns=pv.columns)
+    keep = pv.notna().all(axis=1) & px.notna().all(axis=1)
+    return pv[keep].to_numpy(float), px[keep].to_numpy(float)
+
+
+def convergence_speedup(tables: Tables, m: pd.DataFrame, runs: pd.DataFrame, arm: str, ref_arm: str,
+                        xcol: str) -> dict | None:
+    """Speedup of ``arm`` over ``ref_arm`` to reach the reference's final mean score, on the clock ``xcol``
+    (``wall_s`` measured, ``projected_s`` PROJECTION), with the bootstrap over both arms' seeds."""
+    opts = tables.options
+    ref_v, ref_x = _curves(m, runs, ref_arm, xcol)
+    arm_v, arm_x = _curves(m, runs, arm, xcol)
+    if ref_v.size == 0 or arm_v.size == 0:
+        return None
+    rv, rx = ref_v.mean(axis=1), ref_x.mean(axis=1)
+    av, ax = arm_v.mean(axis=1), arm_x.mean(axis=1)
+    target = float(rv[-1])
+    point = _speedup(rv, rx, av, ax)
+    lo = hi = math.nan
+    if arm != ref_arm:
+        def stat(ri, ai):
+            return _speedup(ref_v[:, ri].mean(axis=1), ref_x[:, ri].mean(axis=1),
+                            arm_v[:, ai].mean(axis=1), arm_x[:, ai].mean(axis=1))
+
+        lo, hi = bootstrap_ci([np.arange(ref_v.shape[1]), np.arange(arm_v.shape[1])], stat,
+                              n_boot=opts.n_boot, level=opts.ci_level, seed=opts.boot_seed)
+    return dict(target=target, reference_time_s=time_to_reach(rx, rv, target),
+                time_to_target_s=time_to_reach(ax, av, target),
+                final=float(av[-1]), speedup=point, speedup_lo=lo, speedup_hi=hi, n_seeds=arm_v.shape[1],
+                n_seeds_reference=ref_v.shape[1], curve=(ax, av))
+
+
+def fmt_speedup_cell(r: dict | pd.Series, unit: str = "s") -> str:
+    """'2.10x [1.30, 3.05] (12.3 s)'; a crossing without an interval is printed as inconclusive."""
+    if not math.isfinite(r["time_to_target_s"]):
+        return f"not reached (final {fmt_num(r['final'])})"
+    time = f"{fmt_num(r['time_to_target_s'], 3 if unit != 's' else 1)} {unit}"
+    if not (math.isnan(r["speedup_lo"]) or math.isnan(r["speedup_hi"])):
+        return f"{r['speedup']:.2f}x [{r['speedup_lo']:.2f}, {r['speedup_hi']:.2f}] ({time})"
+    return f"{r['speedup']:.2f}x, single-curve crossing: no interval, inconclusive ({time})"
+
+
 @report_kind("convergence", title="Convergence speedup", order=40)
 def convergence(tables: Tables):
-    """Wall-clock to reach the reference method's final reward, as a speedup ratio with CIs."""
+    """Time to reach the reference method's final reward (measured and PROJECTED clock), speedups with CIs."""
     opts = tables.options
     rewards = tables.eval_rewards()
     done = tables.done_runs
     if not rewards:
         return Note("Convergence", "No evaluation rows: no convergence speedup.")
-    outputs, all_rows = [], []
+    outputs = []
     for model in tables.models():
         runs = done[done["model"] == model]
         ref_arms = [a for a in tables.arm_order(runs)
@@ -166,87 +233,61 @@ def convergence(tables: Tables):
                                 f"`{opts.reference_method}` ({method_display(opts.reference_method)}) for model `{model}`."))
             continue
         ref_arm = ref_arms[0]
-        rows = []
-        plot_data = {}
-        for metric in rewards:
-            m = tables.run_metrics("eval", metric)
-            m = m[m["model"] == model]
-            pv = m.pivot_table(index=["arm", "step"], columns="run_id", values="value")
-            pw = m.pivot_table(index=["arm", "step"], columns="run_id", values="wall_s")
-            ref_runs = list(runs.loc[runs["arm"] == ref_arm, "run_id"])
-            if ref_arm not in pv.index.get_level_values(0):
-                continue
-            ref_v = pv.loc[ref_arm].reindex(columns=ref_runs).dropna().to_numpy()
-            ref_w = pw.loc[ref_arm].reindex(columns=ref_runs).dropna().to_numpy()
-            if ref_v.size == 0 or ref_v.shape != ref_w.shape:
-                continue
-            rv, rw = ref_v.mean(axis=1), ref_w.mean(axis=1)
-            target = float(rv[-1])
-            t_ref = time_to_reach(rw, rv, target)
-            plot_data[metric] = (target, {})
-            for arm in tables.arm_order(runs):
-                cols = list(runs.loc[runs["arm"] == arm, "run_id"])
-                if arm not in pv.index.get_level_values(0):
-                    continue
-                arm_v = pv.loc[arm].reindex(columns=cols).dropna().to_numpy()
-                arm_w = pw.loc[arm].reindex(columns=cols).dropna().to_numpy()
-                if arm_v.size == 0 or arm_v.shape != arm_w.shape:
-                    continue
-                av, aw = arm_v.mean(axis=1), arm_w.mean(axis=1)
-                t_arm = time_to_reach(aw, av, target)
-                point = _speedup(rv, rw, av, aw)
-                if arm == ref_arm:
-                    lo = hi = math.nan
-                else:
-                    def stat(ri, ai, ref_v=ref_v, ref_w=ref_w, arm_v=arm_v, arm_w=arm_w):
-                        return _speedup(ref_v[:, ri].mean(axis=1), ref_w[:, ri].mean(axis=1),
-                                        arm_v[:, ai].mean(axis=1), arm_w[:, ai].mean(axis=1))
-
-                    lo, hi = bootstrap_ci([np.arange(ref_v.shape[1]), np.arange(arm_v.shape[1])], stat,
-                                          n_boot=opts.n_boot, level=opts.ci_level, seed=opts.boot_seed)
-                rows.append(dict(model=model, metric=metric, arm=arm, reference=ref_arm, target=target,
-                                 reference_time_s=t_ref, time_to_target_s=t_arm, final=float(av[-1]),
-                                 speedup=point, speedup_lo=lo, speedup_hi=hi, n_seeds=len(cols)))
-                plot_data[metric][1][arm] = (aw, av, t_arm)
-        if not rows:
-            continue
-        tidy = pd.DataFrame(rows)
-        all_rows.append(tidy)
-        display = []
-        for arm in dict.fromkeys(tidy["arm"]):
-            row = {"method": arm}
+        for xcol, label in (("wall_s", "measured wall-clock"), ("projected_s", "PROJECTED GPU clock")):
+            rows, plot_data = [], {}
             for metric in rewards:
-                r = tidy[(tidy["arm"] == arm) & (tidy["metric"] == metric)]
-                if r.empty:
-                    row[metric] = "-"
-                    continue
-                r = r.iloc[0]
-                if not math.isfinite(r["time_to_target_s"]):
-                    row[metric] = f"not reached (final {fmt_num(r['final'])})"
-                elif math.isfinite(r["speedup_lo"]):
-                    row[metric] = f"{r['speedup']:.2f}x [{r['speedup_lo']:.2f}, {r['speedup_hi']:.2f}] ({fmt_num(r['time_to_target_s'], 1)} s)"
-                else:
-                    row[metric] = f"{r['speedup']:.2f}x ({fmt_num(r['time_to_target_s'], 1)} s)"
-            row["seeds"] = str(int(tidy.loc[tidy["arm"] == arm, "n_seeds"].iloc[0]))
-            display.append(row)
-        targets = ", ".join(f"{m} {fmt_num(plot_data[m][0])}" for m in plot_data)
-        outputs.append(Table(f"convergence_{model}", f"Convergence speedup vs {ref_arm}, {model}", tidy, (
-            f"The paper's convergence claim (4.64x on SD3.5-L, 3.00x on FLUX to reach DiffusionNFT's final "
-            f"ImageReward). Model `{model}`. Target per metric: {ref_arm}'s final eval score, mean over its seeds "
-            f"({targets}). Cell: speedup = reference wall-clock to reach the target / this method's wall-clock "
-            f"(mean curves over seeds, linear interpolation between evaluations), [{opts.ci_level:.0%} bootstrap "
-            f"interval over seeds, {opts.n_boot} resamples], and the method's time to the target in training "
-            "seconds. 'not reached': the mean curve never reaches the target within the run."), display=pd.DataFrame(display)))
-        outputs.append(_convergence_figure(tables, model, runs, plot_data, ref_arm))
+                m = tables.run_metrics("eval", metric)
+                m = m[m["model"] == model].copy()
+                if xcol == "projected_s":
+                    m["projected_s"] = clock_at(tables, m)
+                for arm in tables.arm_order(runs):
+                    r = convergence_speedup(tables, m, runs, arm, ref_arm, xcol)
+                    if r is None:
+                        continue
+                    curve = r.pop("curve")
+                    rows.append(dict(model=model, clock=xcol, metric=metric, arm=arm, reference=ref_arm, **r))
+                    plot_data.setdefault(metric, (r["target"], {}))[1][arm] = (*curve, r["time_to_target_s"])
+            if not rows:
+                continue
+            tidy = pd.DataFrame(rows)
+            unit = "s" if xcol == "wall_s" else f"s on {hardware(tables).name}"
+            display = []
+            for arm in dict.fromkeys(tidy["arm"]):
+                row = {"method": arm}
+                for metric in rewards:
+                    r = tidy[(tidy["arm"] == arm) & (tidy["metric"] == metric)]
+                    row[metric] = "-" if r.empty else ("1 (reference)" if arm == ref_arm else fmt_speedup_cell(r.iloc[0], unit))
+                row["seeds"] = str(int(tidy.loc[tidy["arm"] == arm, "n_seeds"].iloc[0]))
+                display.append(row)
+            targets = ", ".join(f"{m_} {fmt_num(plot_data[m_][0])}" for m_ in plot_data)
+            projected = xcol == "projected_s"
+            clock_text = (describe(tables) if projected else
+                          "Clock: measured cumulative training seconds (evaluation excluded) of these runs.")
+            outputs.append(Table(f"convergence_{model}" + ("_projected" if projected else ""),
+                                 f"Convergence speedup vs {ref_arm}, {model}, {label}" +
+                                 (" (PROJECTION, not measured)" if projected else ""), tidy, (
+                f"The paper's convergence claim (4.64x on SD3.5-L, 3.00x on FLUX to reach DiffusionNFT's final "
+                f"ImageReward). Model `{model}`. Target per metric: {ref_arm}'s final eval score, mean over its seeds "
+                f"({targets}). Cell: speedup = reference time to reach the target / this method's time (mean curves "
+                f"over seeds, linear interpolation between evaluations), [{opts.ci_level:.0%} bootstrap interval "
+                f"resampling each arm's run seeds, {opts.n_boot} resamples; a resample that never reaches the target "
+                "counts as 0], and the method's time to the target. With one run seed in an arm there is no interval: "
+                "the single-curve crossing is printed but marked inconclusive, not a result. 'not reached': the mean "
+                f"curve never reaches the target within the run. {clock_text}"), display=pd.DataFrame(display)))
+            outputs.append(_convergence_figure(tables, model, runs, plot_data, ref_arm, xcol))
     return outputs
 
 
-def _convergence_figure(tables: Tables, model: str, runs: pd.DataFrame, plot_data: dict, ref_arm: str) -> Figure:
+def _convergence_figure(tables: Tables, model: str, runs: pd.DataFrame, plot_data: dict, ref_arm: str,
+                        xcol: str = "wall_s") -> Figure:
     metrics = list(plot_data)
     arms = tables.arm_order(runs)
     styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])))
     wall_max = max((np.max(aw) for _, arms_d in plot_data.values() for aw, _, _ in arms_d.values()), default=1.0)
-    scale, unit = _time_axis(wall_max)
+    projected = xcol == "projected_s"
+    scale, unit = _projected_axis(wall_max) if projected else _time_axis(wall_max)
+    xlabel = (f"PROJECTED {hardware(tables).name} time ({unit})" if projected
+              else f"wall-clock training time ({unit})")
     fig = new_figure(4.6 * len(metrics) + 1.8, 3.4)
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics):
@@ -259,13 +300,16 @@ def _convergence_figure(tables: Tables, model: str, runs: pd.DataFrame, plot_dat
             ax.plot(aw / scale, av, marker="o", markersize=2.5, label=arm, **styles[arm])
             if math.isfinite(t_arm):
                 ax.plot([t_arm / scale], [target], marker="x", markersize=8, color=styles[arm]["color"])
-        ax.set_xlabel(f"wall-clock training time ({unit})", fontsize=8)
+        ax.set_xlabel(xlabel, fontsize=8)
         ax.set_ylabel(f"{metric} (eval, mean over seeds)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper", fontsize=8)
-    fig.suptitle(f"{model}: time to reach {ref_arm}'s final score (x marks the crossing)", fontsize=10)
-    return Figure(f"convergence_{model}_chart", f"Time to target, {model}", fig, (
-        f"Mean eval curves over seeds against wall-clock training time; dotted line: {ref_arm}'s final score; "
-        "x: where each method first reaches it (the times in the table above)."))
+    fig.suptitle(f"{model}: time to reach {ref_arm}'s final score (x marks the crossing)"
+                 + (" - PROJECTION" if projected else ""), fontsize=10)
+    return Figure(f"convergence_{model}" + ("_projected" if projected else "") + "_chart",
+                  f"Time to target, {model}" + (" (PROJECTED clock)" if projected else ""), fig, (
+        f"Mean eval curves over seeds against {xlabel}; dotted line: {ref_arm}'s final score; "
+        "x: where each method first reaches it (the times in the table above)."
+        + (f" {describe(tables)}" if projected else "")))

@@ -98,7 +98,7 @@ def group_fidelity(pairs: pd.DataFrame, ks: tuple[int, ...]) -> pd.DataFrame:
 @report_kind("ranking_fidelity", title="Ranking fidelity (Table 8)", order=50)
 def ranking_fidelity(tables: Tables):
     """Kendall tau, Spearman rho, top-K hit rates and contrastive overlap of proxy vs full rewards."""
-    runs = tables.done_runs
+    runs = pd.concat([tables.done_runs, tables.fidelity_runs])
     cand = tables.candidates[tables.candidates["run_id"].isin(runs["run_id"])]
     if cand.empty:
         return Note("Ranking fidelity", "No candidates table rows of done runs: no method recorded per-candidate rewards.")
@@ -153,6 +153,9 @@ def ranking_fidelity(tables: Tables):
     setup = _fidelity_setup(runs[runs["run_id"].isin(groups["run_id"])])
     if setup is not None:
         outputs.insert(0, setup)
+        decomposed = decomposed_fidelity(tables, groups, runs)
+        if decomposed is not None:
+            outputs.insert(2, decomposed)
     outputs.append(Table("ranking_fidelity_groups", "Ranking fidelity per prompt group", groups,
                          "Every prompt group's numbers (the distributions above).",
                          display=_groups_preview(groups)))
@@ -245,3 +248,88 @@ def _fidelity_output(fig, groups: pd.DataFrame) -> Figure:
         "Distributions over prompt groups of the rank correlations between proxy and full-precision rewards, and "
         "the mean top-K hit rates. 'selected only' groups (training data) are within the K selected seeds and "
         "biased upward; 'all seeds' groups are the unbiased measurement."), data=groups)
+
+
+# ---- decomposed fidelity: what precision costs apart from fewer steps ------------------------------
+
+FORMAT_NAMES = {"none": "step budget only (full precision)", "nvfp4": "NVFP4", "mxfp4": "MXFP4", "fp8": "FP8"}
+
+
+def recipe_label(recipe: str) -> str:
+    """'NVFP4 (nvfp4_tiny)', 'step budget only (full precision)', ... for a quantization recipe name."""
+    recipe = str(recipe)
+    if recipe == "none":
+        return FORMAT_NAMES["none"]
+    for prefix, name in FORMAT_NAMES.items():
+        if recipe.startswith(prefix):
+            return f"{name} ({recipe})"
+    return recipe
+
+
+def fidelity_settings(runs: pd.DataFrame) -> pd.DataFrame:
+    """run_id, recipe and the settings a step-budget control must share (checkpoint, prompts, seeds, steps)."""
+    runs = runs[runs.get("p_kind", pd.Series(index=runs.index, dtype=object)).astype(str) == "fidelity"] \
+        if "p_kind" in runs else runs.iloc[0:0]
+    cols = {"p_quant.recipe": "recipe", "p_checkpoint.path": "checkpoint", "p_prompts.set": "prompts",
+            "p_prompts.n_prompts": "n_prompts", "p_seeds": "seeds", "p_sampling.explore_steps": "explore_steps",
+            "p_sampling.steps": "steps", "p_sampling.sampler": "sampler"}
+    out = pd.DataFrame({"run_id": runs["run_id"].values, "model": runs["model"].values})
+    from solbench.report.tables import _fmt_setting, _hashable
+
+    for col, name in cols.items():
+        out[name] = runs[col].map(lambda v: _fmt_setting(_hashable(v))).values if col in runs else "-"
+    return out
+
+
+def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame) -> Table | None:
+    """Spearman/Kendall per explore recipe beside the step-budget-only control (recipe none), with the
+    paired difference over the same prompts and seeds."""
+    from solbench.report.stats import paired_ci
+
+    settings = fidelity_settings(runs)
+    if settings.empty:
+        return None
+    g = groups[groups["kind"] == "all seeds"].merge(settings, on=["run_id", "model"])
+    if g.empty:
+        return None
+    share = ["model", "checkpoint", "prompts", "n_prompts", "seeds", "explore_steps", "steps", "sampler"]
+    reward_col = ["reward_name"] if "reward_name" in g else []
+    o = tables.options
+    rows, display = [], []
+    for key, sub in g.groupby(share + reward_col, sort=False, dropna=False):
+        ctx = dict(zip(share + reward_col, key))
+        control = sub[sub["recipe"] == "none"]
+        for recipe in sorted(sub["recipe"].unique(), key=lambda r: (r != "none", r)):
+            r = sub[sub["recipe"] == recipe]
+            row = {**ctx, "recipe": recipe, "label": recipe_label(recipe), "prompt_groups": len(r)}
+            disp = {"model": ctx["model"], "reward": ctx.get("reward_name", "-"), "explore steps": ctx["explore_steps"],
+                    "explore": recipe_label(recipe), "prompts": str(len(r))}
+            for col, name in (("spearman_rho", "Spearman ρ"), ("kendall_tau", "Kendall τ")):
+                ci = mean_ci(r[col].values, o.ci_level)
+                row.update({f"{col}_mean": ci.mean, f"{col}_lo": ci.lo, f"{col}_hi": ci.hi})
+                disp[name] = fmt_ci(ci, 3)
+                if recipe != "none" and not control.empty:
+                    paired = r[["prompt_id", col]].merge(control[["prompt_id", col]], on="prompt_id", suffixes=("", "_c"))
+                    d = (paired[col] - paired[f"{col}_c"]).dropna().to_numpy()
+                    p = paired_ci([d], n_boot=o.n_boot, level=o.ci_level, seed=o.boot_seed)
+                    row.update({f"{col}_vs_steps_only": p.mean, f"{col}_vs_steps_only_lo": p.lo,
+                                f"{col}_vs_steps_only_hi": p.hi})
+                    disp[f"Δ{name[-1]} vs step budget only"] = (f"{p.mean:+.3f} [{p.lo:+.3f}, {p.hi:+.3f}]"
+                                                                if np.isfinite(p.lo) else f"{p.mean:+.3f}")
+                elif recipe == "none":
+                    disp[f"Δ{name[-1]} vs step budget only"] = "0 (control)"
+                else:
+                    disp[f"Δ{name[-1]} vs step budget only"] = "- (no control run)"
+            rows.append(row)
+            display.append(disp)
+    if not rows:
+        return None
+    return Table("ranking_fidelity_decomposed", "Decomposed fidelity: fewer steps vs lower precision",
+                 pd.DataFrame(rows), (
+                     "All-seeds fidelity runs of the same checkpoint, prompts, seeds and step budgets, one row per "
+                     "explore recipe. 'step budget only (full precision)': the explore steps run by the full-precision "
+                     "network (recipe none), so its ρ and τ are what fewer steps alone cost; the other rows add the "
+                     "precision (NVFP4, MXFP4, FP8). Cells: mean over prompt groups ± "
+                     f"{o.ci_level:.0%} t half-width. Δ vs step budget only: paired per prompt (same prompts and seeds), "
+                     f"[{o.ci_level:.0%} bootstrap interval over prompts, {o.n_boot} resamples]: what the precision "
+                     "costs apart from fewer steps."), display=pd.DataFrame(display))

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from solbench.report.paired import paired_difference
 from solbench.report.registry import Note, Table, report_kind
 from solbench.report.stats import fmt_ci, mean_ci
-from solbench.report.tables import Tables
+from solbench.report.tables import Tables, same_method
 
 
 def final_and_base(tables: Tables, metric: str) -> pd.DataFrame:
@@ -58,6 +59,7 @@ def main_results(tables: Tables):
             outputs.append(Note(f"Main results, {model}", f"No done run of model `{model}` has evaluation rows."))
             continue
         tidy, display_rows = [], []
+        ref_arm = reference_arm(tables, runs)
         base_row = {"method": "Base (step 0)"}
         for metric in rewards:
             d = data[data["metric"] == metric]
@@ -69,6 +71,8 @@ def main_results(tables: Tables):
                              delta_hi=np.nan, final_step=0))
             base_row[metric] = fmt_ci(ci)
             base_row[f"Δ {metric}"] = "-"
+            if ref_arm is not None:
+                base_row[f"Δ vs {ref_arm} {metric}"] = "-"
         base_row["seeds"] = str(int(data.dropna(subset=["base"])["seed"].nunique()))
         display_rows.append(base_row)
         for arm in tables.arm_order(runs):
@@ -79,12 +83,15 @@ def main_results(tables: Tables):
                 ci = mean_ci(d["final"].values, level)
                 dci = mean_ci((d["final"] - d["base"]).values, level)
                 steps = sorted(d["final_step"].dropna().astype(int).unique())
+                vs = _vs_reference(tables, model, metric, arm, ref_arm)
                 tidy.append(dict(model=model, arm=arm, method=str(d["method"].iloc[0]) if len(d) else arm,
                                  metric=metric, mean=ci.mean, ci_lo=ci.lo, ci_hi=ci.hi, n_seeds=ci.n,
                                  delta_mean=dci.mean, delta_lo=dci.lo, delta_hi=dci.hi,
-                                 final_step=steps[-1] if steps else np.nan))
+                                 final_step=steps[-1] if steps else np.nan, reference=ref_arm, **vs))
                 row[metric] = fmt_ci(ci)
                 row[f"Δ {metric}"] = fmt_ci(dci)
+                if ref_arm is not None:
+                    row[f"Δ vs {ref_arm} {metric}"] = _fmt_vs(vs, arm == ref_arm)
             row["seeds"] = str(int(a["seed"].nunique()))
             display_rows.append(row)
         tidy_df = pd.DataFrame(tidy)
@@ -96,6 +103,11 @@ def main_results(tables: Tables):
             f"{level:.0%} Student-t interval over seeds (the `seeds` column; one seed gives no interval). "
             "Δ: the run's final score minus its own step-0 score (the base model on the same eval prompts and "
             "seeds), averaged over seeds. Base (step 0): the model before any RL update."
+            + (f" Δ vs {ref_arm}: paired difference from the reference method ({ref_arm}) on the same eval prompts "
+               "and eval seeds, runs paired by run seed, at the last evaluation both runs of a pair reached (equal "
+               f"iterations); [{level:.0%} hierarchical bootstrap interval, {tables.options.n_boot} resamples, "
+               f"covering {_covers(tidy)}]." if ref_arm is not None else
+               f" No run of the reference method `{tables.options.reference_method}`: no paired Δ column.")
             + (f" Evaluation: {setup}." if setup else "")
             + " Higher is better for every reward listed."
         )
@@ -105,6 +117,41 @@ def main_results(tables: Tables):
         if skills is not None:
             outputs.append(skills)
     return outputs
+
+
+def reference_arm(tables: Tables, runs: pd.DataFrame) -> str | None:
+    """The arm every method is compared with (``reference_method``, default DiffusionNFT); None if absent."""
+    for arm in tables.arm_order(runs):
+        if same_method(runs.loc[runs["arm"] == arm, "method"].iloc[0], tables.options.reference_method):
+            return arm
+    return None
+
+
+def _vs_reference(tables: Tables, model: str, metric: str, arm: str, ref_arm: str | None) -> dict:
+    empty = dict(vs_ref_mean=np.nan, vs_ref_lo=np.nan, vs_ref_hi=np.nan, vs_ref_step=np.nan, vs_ref_covers="")
+    if ref_arm is None or arm == ref_arm:
+        return empty
+    p = paired_difference(tables, model, metric, arm, ref_arm)
+    if p is None:
+        return empty
+    return dict(vs_ref_mean=p.ci.mean, vs_ref_lo=p.ci.lo, vs_ref_hi=p.ci.hi, vs_ref_step=p.step,
+                vs_ref_covers=p.ci.covers)
+
+
+def _fmt_vs(vs: dict, is_reference: bool) -> str:
+    if is_reference:
+        return "0 (reference)"
+    mean, lo, hi = vs["vs_ref_mean"], vs["vs_ref_lo"], vs["vs_ref_hi"]
+    if not np.isfinite(mean):
+        return "- (no same-seed pair)"
+    if not np.isfinite(lo):
+        return f"{mean:+.4f} (no interval)"
+    return f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def _covers(tidy: list[dict]) -> str:
+    covers = sorted({r.get("vs_ref_covers") for r in tidy if r.get("vs_ref_covers")})
+    return "; ".join(covers) if covers else "nothing (no pairs)"
 
 
 def _skill_breakdown(tables: Tables, model: str, rewards: list[str]) -> Table | None:

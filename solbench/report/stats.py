@@ -68,7 +68,10 @@ def bootstrap_ci(groups: Sequence[np.ndarray], statistic: Callable[..., float], 
     if values.size == 0:
         return math.nan, math.nan
     alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(values, [alpha, 1.0 - alpha])
+    with np.errstate(invalid="ignore"):
+        lo, hi = np.quantile(values, [alpha, 1.0 - alpha])
+    if np.isnan(lo) or np.isnan(hi):  # interpolating between infinite resamples: take the nearest resample
+        lo, hi = np.quantile(values, [alpha, 1.0 - alpha], method="nearest")
     return float(lo), float(hi)
 
 
@@ -89,3 +92,92 @@ def fmt_ci(ci: CI, digits: int = 4) -> str:
     if not math.isfinite(ci.lo):
         return fmt_num(ci.mean, digits)
     return f"{fmt_num(ci.mean, digits)} ± {fmt_num(ci.half_width, digits)}"
+
+
+@dataclass(frozen=True)
+class PairedCI:
+    """A paired difference with its hierarchical bootstrap interval and what was resampled."""
+
+    mean: float
+    lo: float
+    hi: float
+    n_seeds: int
+    n_prompts: int  # eval prompts per seed (the smallest count when seeds differ); 0: per-run values only
+
+    @property
+    def covers(self) -> str:
+        """What the interval covers, for captions."""
+        if self.n_prompts == 0:
+            return (f"run seeds only ({self.n_seeds} paired runs; no per-prompt eval rows)" if self.n_seeds > 1
+                    else "nothing (one paired run and no per-prompt eval rows)")
+        if self.n_seeds == 1:
+            return f"eval prompts only ({self.n_prompts} prompts of one run seed; run-to-run variation not covered)"
+        return f"run seeds ({self.n_seeds}) and, within each, eval prompts ({self.n_prompts})"
+
+
+def hierarchical_bootstrap(groups: Sequence[Sequence[float]], *, n_boot: int = 2000, level: float = 0.95,
+                           seed: int = 0) -> tuple[float, float, float, np.ndarray]:
+    """Two-level percentile bootstrap of the grand mean of ``groups`` (one group per run seed, one value
+    per eval prompt in it): resample the groups with replacement, then, within every drawn group
+    independently, its values with replacement; the statistic is the mean of all drawn values.
+
+    Returns (point estimate = mean of all values, lo, hi, the ``n_boot`` replicates). Deterministic for
+    a given ``seed``. One group: only its values are resampled. Groups of one value each: only the
+    groups are resampled. A single value gives no interval (NaN), never a zero-width one.
+    """
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    arrays = [a[np.isfinite(a)] for a in arrays]
+    arrays = [a for a in arrays if a.size]
+    if not arrays:
+        return math.nan, math.nan, math.nan, np.empty(0)
+    point = float(np.concatenate(arrays).mean())
+    if len(arrays) == 1 and arrays[0].size == 1:
+        return point, math.nan, math.nan, np.empty(0)
+    rng = np.random.default_rng(seed)
+    n_groups = len(arrays)
+    picks = rng.integers(0, n_groups, size=(n_boot, n_groups))  # which group fills each slot
+    sums = np.zeros(n_boot)
+    counts = np.zeros(n_boot)
+    for slot in range(n_groups):
+        for g, values in enumerate(arrays):
+            rows = np.flatnonzero(picks[:, slot] == g)
+            if rows.size == 0:
+                continue
+            draws = values[rng.integers(0, values.size, size=(rows.size, values.size))]
+            sums[rows] += draws.sum(axis=1)
+            counts[rows] += values.size
+    replicates = sums / counts
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(replicates, [alpha, 1.0 - alpha])
+    return point, float(lo), float(hi), replicates
+
+
+def paired_ci(groups: Sequence[Sequence[float]], *, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+              per_prompt: bool = True) -> PairedCI:
+    """``hierarchical_bootstrap`` of paired differences (one group per run seed), as a PairedCI."""
+    point, lo, hi, _ = hierarchical_bootstrap(groups, n_boot=n_boot, level=level, seed=seed)
+    sizes = [len(g) for g in groups if len(g)]
+    return PairedCI(point, lo, hi, len(sizes), (min(sizes) if sizes else 0) if per_prompt else 0)
+
+
+#: The verdicts of the Findings section (docs/reports.md, "Findings").
+REPRODUCED, CONTRADICTED, INCONCLUSIVE, NOT_MEASURED = ("reproduced", "contradicted", "inconclusive",
+                                                        "not measured by this spec")
+
+
+def verdict(lo: float, hi: float, threshold: float, direction: str = "greater") -> str:
+    """The Findings rule: the paper's claim is "effect > threshold" (``direction`` "greater") or
+    "effect < threshold" ("less"). Reproduced when the whole interval lies on the claim's side of the
+    threshold, contradicted when it lies wholly on the other side, inconclusive when it spans (or
+    touches) the threshold or there is no interval."""
+    if direction not in ("greater", "less"):
+        raise ValueError(f"direction must be 'greater' or 'less', got {direction!r}")
+    if math.isnan(lo) or math.isnan(hi):  # no interval (infinite bounds, e.g. a speedup, are kept)
+        return INCONCLUSIVE
+    if direction == "less":
+        lo, hi, threshold = -hi, -lo, -threshold
+    if lo > threshold:
+        return REPRODUCED
+    if hi < threshold:
+        return CONTRADICTED
+    return INCONCLUSIVE

@@ -90,6 +90,9 @@ class ReportOptions:
     warmup: int = 1  # training iterations dropped per run before taking timing medians
     ci_level: float = 0.95
     top_k: tuple[int, ...] = (4, 8, 12)  # ranking fidelity hit rates
+    # Findings (docs/reports.md): decision thresholds of the claims that are not "better than"
+    noninferiority_margin: float = 0.02  # Sol-RL vs naive BF16: claim holds if the gap is above -2 % of naive's score
+    fidelity_threshold: float = 0.8  # FP4 ranks seeds "almost as BF16": mean Spearman rho above this
     n_boot: int = 2000  # bootstrap resamples for ratio CIs
     boot_seed: int = 0
     hardware: str = "B200"  # cost projection profile (B200 | H100)
@@ -222,9 +225,19 @@ class Tables:
 
     # -- runs ------------------------------------------------------------------------------------
 
+    def _is_fidelity(self) -> pd.Series:
+        kind = self.runs["p_kind"].astype(str) if "p_kind" in self.runs else pd.Series("", index=self.runs.index)
+        return (kind == "fidelity") | (self.runs["method"].astype(str) == "fidelity")
+
     @property
     def done_runs(self) -> pd.DataFrame:
-        return self.runs[self.runs["status"] == "done"]
+        """Done training runs (fidelity measurements, which train nothing, are in ``fidelity_runs``)."""
+        return self.runs[(self.runs["status"] == "done") & ~self._is_fidelity()]
+
+    @property
+    def fidelity_runs(self) -> pd.DataFrame:
+        """Done runs of the standalone fidelity experiment (`solbench fidelity`, a spec's ``fidelity:`` block)."""
+        return self.runs[(self.runs["status"] == "done") & self._is_fidelity()]
 
     @property
     def incomplete_runs(self) -> pd.DataFrame:

@@ -90,11 +90,15 @@ class RewardSet:
     Calling it returns (total [B], {name: scores [B]}), all float32 on CPU.
     """
 
-    def __init__(self, weights: Mapping[str, float], device: str | torch.device | None = None):
+    def __init__(self, weights: Mapping[str, float], device: str | torch.device | None = None,
+                 rewards: Mapping[str, Reward] | None = None):
+        """``rewards`` supplies instances by name (shared with evaluation, so each reward model is
+        loaded once); names it lacks are built with ``get``."""
         if not weights:
             raise ConfigError("a RewardSet needs at least one reward (got an empty mapping)")
         self.weights = {name: float(w) for name, w in weights.items()}
-        self.rewards = {name: get(name, device=device) for name in self.weights}
+        given = dict(rewards or {})
+        self.rewards = {name: given[name] if name in given else get(name, device=device) for name in self.weights}
 
     @property
     def names(self) -> list[str]:

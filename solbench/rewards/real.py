@@ -6,7 +6,8 @@ CPU``. All four run on ``transformers`` alone (no ``image-reward``, ``hpsv2``, `
 ``torchvision``), so they work in the base install; the GPU extra is not needed for them.
 
 Loading is lazy: constructing a reward reads nothing; the weights load on the first call (or on
-``load()``), once, onto the reward's device and dtype. Weights come from a local directory/file or
+``load()``), once, onto the reward's device and dtype. The trainer calls ``load()`` for every reward
+of a run when it starts, so missing weights stop a run at launch, not at its first evaluation. Weights come from a local directory/file or
 from the Hugging Face cache, never from the network (``local_files_only``); a missing file raises
 :class:`~solbench.errors.MissingWeightsError` naming the repository and the download command.
 
@@ -126,11 +127,13 @@ class WeightSource:
 
 
 def download_command(repo_id: str, include: Sequence[str] = ()) -> str:
-    """The shell command that puts ``repo_id`` (or the ``include`` patterns of it) in the HF cache."""
-    cmd = f"hf download {repo_id}"
-    if include:
-        cmd += " --include " + " ".join(f"'{p}'" for p in include)
-    return cmd
+    """The shell command that puts ``repo_id`` (or the ``include`` patterns of it) in the HF cache.
+
+    Each pattern gets its own ``--include``: ``hf download`` (huggingface_hub >= 1.0) reads
+    ``--include a b`` as the pattern ``a`` plus a file named ``b`` to fetch, and then ignores the
+    pattern, so the space-separated form silently downloads the wrong files.
+    """
+    return f"hf download {repo_id}" + "".join(f" --include '{p}'" for p in include)
 
 
 # The laion ViT-H-14 repository serves only its tokenizer (and processor config); AutoTokenizer also
@@ -167,8 +170,8 @@ def _missing(what: str, repo_id: str, filename: str | None, include: Sequence[st
         f"{what}: {target} is not on this machine (looked in the Hugging Face cache "
         f"{_hub_cache()} and, for local paths, on disk; solbench never downloads during a run).\n"
         f"  Fetch it once with:  {download_command(repo_id, include)}\n"
-        f"  (huggingface_hub < 1.0 spells it `huggingface-cli download ...`; set HF_HOME to use another cache, "
-        f"or pass a local directory/file.)"
+        f"  (`hf` is the CLI of huggingface_hub >= 1.0; set HF_HOME to use another cache, or pass a local "
+        f"directory/file.)"
     )
     if cause:
         msg += f"\n  Loader said: {cause}"
@@ -689,13 +692,17 @@ def convert_imagereward_state_dict(sd: Mapping[str, Tensor]) -> dict[str, Tensor
     unknown = []
     for key, value in sd.items():
         key = re.sub(r"^module\.", "", key)
+        # The drop rule sees the checkpoint's own key, before any renaming: med.py saves its
+        # position_ids buffer (blip.text_encoder.embeddings.position_ids), which the text-encoder
+        # rename below would otherwise carry into the model as an unexpected key.
+        if _IR_UNUSED.search(key):
+            continue
         for pat, repl in _IR_VISION_MAP:
             if re.search(pat, key):
                 out[re.sub(pat, repl, key)] = value
                 break
         else:
-            if not _IR_UNUSED.search(key):
-                unknown.append(key)
+            unknown.append(key)
     if unknown:
         raise ValueError(f"unexpected keys in the ImageReward checkpoint: {unknown[:8]}")
     return out

@@ -1,0 +1,97 @@
+"""The real-model specs (experiments/{flux,sd35,sana}_main.yaml) against each method's reference config.
+
+These settings are reached only by the GPU runs, so nothing else would notice a drift: the effective
+guidance of rollouts and losses (None resolves to the model's default: CFG 4.5 on SD3.5 and SANA,
+distilled 3.5 on FLUX.1-dev), the optimizer steps each rollout batch gets, the rollout steps,
+resolution, trained timesteps, LoRA targets and AWM's PickScore settings. Each expected value below is
+the reference's (the spec headers name the config each comes from).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from solbench.models.sana import SanaAdapter
+from solbench.models.sd3 import SD3Adapter
+from solbench.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = {"flux": "flux_main.yaml", "sd3": "sd35_main.yaml", "sana": "sana_main.yaml"}
+# what guidance None would resolve to (FluxAdapter sets 3.5 for guidance-distilled FLUX.1-dev)
+MODEL_DEFAULT_GUIDANCE = {"flux": 3.5, "sd3": SD3Adapter.default_guidance, "sana": SanaAdapter.default_guidance}
+NFT_FAMILY = ("sol_rl", "naive_scaling", "naive_fp4", "diffusion_nft")
+
+# (guidance, rollout steps, optimizer steps per iteration, resolution) per model and method
+EXPECTED = {
+    "flux": {**{m: (1.0, 10, 1, 512) for m in NFT_FAMILY},
+             "flow_grpo": (3.5, 6, 2, 512), "dance_grpo": (3.5, 16, 18, 720), "awm": (1.0, 14, 1, 512)},
+    "sd3": {**{m: (1.0, 10, 1, 1024) for m in NFT_FAMILY},
+            "flow_grpo": (4.5, 10, 2, 512), "dance_grpo": (4.5, 16, 18, 1024), "awm": (1.0, 14, 1, 512)},
+    "sana": {**{m: (1.0, 10, 1, 1024) for m in NFT_FAMILY},
+             "flow_grpo": (4.5, 10, 2, 1024), "dance_grpo": (4.5, 16, 18, 1024), "awm": (1.0, 14, 1, 1024)},
+}
+# trained timesteps per sample: NFT int(T * fraction) of T points; FlowGRPO the first int(T * fraction)
+TRAINED = {"flux": {m: 4 for m in NFT_FAMILY}, "sd3": {m: 9 for m in NFT_FAMILY}, "sana": {m: 9 for m in NFT_FAMILY}}
+
+
+def runs_by_method(model):
+    spec = load_spec(ROOT / "experiments" / SPECS[model])
+    by_method = {}
+    for run in spec.runs:
+        by_method.setdefault(run.config.method, []).append(run.config)
+    return by_method
+
+
+def optimizer_steps_per_iteration(cfg) -> int:
+    """What the trainer does with this config (solbench.trainer.Trainer.optimize)."""
+    mc = cfg.method_config
+    trained = cfg.prompts_per_iter * mc.get("k", mc.get("group_size"))
+    n_micro = -(-trained // mc["micro_batch_size"]) if mc.get("micro_batch_size") else 1
+    if cfg.finetune.optimizer_steps is not None:
+        return min(cfg.finetune.optimizer_steps, n_micro)
+    return -(-n_micro // (cfg.finetune.grad_accum * cfg.world_size))
+
+
+@pytest.mark.parametrize("model", sorted(SPECS))
+def test_real_specs_follow_the_references(model):
+    """Catches guidance None (CFG on SD3.5/SANA, distilled 3.5 on FLUX) where a reference trains
+    without CFG, a micro-batch size that silently multiplies the optimizer steps, and drifted steps,
+    resolution or trained timesteps."""
+    by_method = runs_by_method(model)
+    assert set(by_method) == set(EXPECTED[model])
+    for method, configs in by_method.items():
+        guidance, steps, opt_steps, resolution = EXPECTED[model][method]
+        for cfg in configs:
+            effective = MODEL_DEFAULT_GUIDANCE[model] if cfg.sampling.guidance is None else cfg.sampling.guidance
+            assert effective == guidance, (method, cfg.sampling.guidance)
+            assert cfg.sampling.steps == steps, method
+            assert optimizer_steps_per_iteration(cfg) == opt_steps, method
+            assert cfg.model.resolution == resolution, method
+            if method in TRAINED[model]:
+                mc = cfg.method_config
+                assert int(cfg.sampling.steps * mc["timestep_fraction"]) == TRAINED[model][method], method
+
+
+@pytest.mark.parametrize("model", sorted(SPECS))
+def test_dance_grpo_steps_once_per_four_samples_per_rank(model):
+    (cfg, *_) = runs_by_method(model)["dance_grpo"]
+    samples_per_rank = cfg.prompts_per_iter // cfg.world_size * cfg.method_config["group_size"]
+    assert optimizer_steps_per_iteration(cfg) == samples_per_rank // 4
+
+
+def test_awm_uses_the_reference_pickscore_settings():
+    """All Table 1 runs train on PickScore prompts: AWM's PickScore config has a deterministic
+    SA-solver (noise_level 0) and kl_beta 1e-4 (its GenEval config: 0.4 and 1e-3)."""
+    for model in SPECS:
+        for cfg in runs_by_method(model)["awm"]:
+            mc = cfg.method_config
+            assert (mc["noise_level"], mc["kl_beta"], mc["train_timesteps"], mc["timestep_fraction"]) == (0.0, 1e-4, 6, 0.9)
+
+
+def test_sd3_trains_the_text_stream_like_its_references():
+    """FlowGRPO's, DiffusionNFT's (Sana nft_sd3.py) and AWM's SD3 LoRA includes the text stream."""
+    for configs in runs_by_method("sd3").values():
+        for cfg in configs:
+            assert {"add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"} <= set(cfg.finetune.lora_targets)

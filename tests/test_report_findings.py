@@ -1,0 +1,388 @@
+"""Paired comparisons, the Findings verdicts, the PROJECTED GPU clock and the decomposed fidelity.
+
+Synthetic results folders (what `solbench collect` writes) are built here so that every verdict can be
+forced and every expected number is computed by hand from the same closed forms.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from solbench.report import ReportOptions, Tables, get_kind
+from solbench.report.stats import (CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, REPRODUCED, hierarchical_bootstrap,
+                                   verdict)
+
+OPTS = ReportOptions(n_boot=400)
+PROMPTS = [f"eval-{i:04d}" for i in range(6)]
+PROMPT_EFFECT = np.linspace(-0.3, 0.3, len(PROMPTS))  # prompts differ far more than the arms do
+EVAL_SEEDS = (0, 1)
+METRIC = "shapes_geneval"
+
+
+def _run(experiment, method, seed, rid, **cfg):
+    row = {"run_id": rid, "experiment": experiment, "method": method, "model": "tiny", "status": "done", "seed": seed,
+           "git_sha": "abc", "dirty": False, "device": "cpu", "error": None, "p_seed": seed, "p_method": method,
+           "p_eval.rewards": json.dumps([METRIC]), "p_quant.backend": "emulated", "p_world_size": 1}
+    row.update({f"p_method_config.{k}": v for k, v in cfg.items()})
+    return row
+
+
+def _empty(columns):
+    return pd.DataFrame(columns=columns)
+
+
+def build(root, name, arms, *, seeds=(0, 1), steps=(0, 2, 4), noise=0.0, timings=None, per_sample=True):
+    """``arms``: {(method, settings tuple): gain(step) -> float}. Each run evaluates PROMPTS x EVAL_SEEDS at
+    ``steps``; score = 0.5 + prompt effect + gain(step) + seeded noise; eval rows are the means."""
+    rng = np.random.default_rng(7)
+    runs, metrics, timing_rows = [], [], []
+    for (method, settings), gain in arms.items():
+        for seed in seeds:
+            rid = f"{method}-{'-'.join(f'{k}{v}' for k, v in settings)}-s{seed}"
+            runs.append(_run(name, method, seed, rid, **dict(settings)))
+            for step in steps:
+                scores = []
+                for p, effect in zip(PROMPTS, PROMPT_EFFECT):
+                    for e in EVAL_SEEDS:
+                        value = 0.5 + effect + 0.01 * e + gain(step) + noise * rng.standard_normal()
+                        scores.append(value)
+                        if per_sample:
+                            metrics.append(dict(run_id=rid, step=step, split="eval_sample", metric=METRIC, value=value,
+                                                images_seen=step, wall_s=float(step), prompt_id=p, eval_seed=e))
+                metrics.append(dict(run_id=rid, step=step, split="eval", metric=METRIC, value=float(np.mean(scores)),
+                                    images_seen=step, wall_s=float(step)))
+            for step in range(1, max(steps) + 1):
+                for phase, precision, flops in (timings or {}).get(method, []):
+                    timing_rows.append(dict(run_id=rid, step=step, phase=phase, precision=precision, seconds=1.0,
+                                            n_images=4, flops=flops))
+    folder = root / name
+    folder.mkdir(parents=True)
+    pd.DataFrame(runs).to_parquet(folder / "runs.parquet", index=False)
+    pd.DataFrame(metrics).to_parquet(folder / "metrics.parquet", index=False)
+    (pd.DataFrame(timing_rows) if timing_rows else _empty(["run_id", "step", "phase", "precision", "seconds", "n_images",
+                                                           "flops"])).to_parquet(folder / "timings.parquet", index=False)
+    _empty(["run_id", "step", "prompt_id", "cand_idx", "noise_seed", "precision", "reward", "selected"]).to_parquet(
+        folder / "candidates.parquet", index=False)
+    return Tables.load(folder, OPTS)
+
+
+def _table(tables, kind, name):
+    found = [o for o in get_kind(kind)(tables) if getattr(o, "name", None) == name]
+    assert found, f"{kind} has no output {name}"
+    return found[0]
+
+
+def _finding(tables, claim_start):
+    data = _table(tables, "findings", "findings").data
+    rows = data[data["claim"].str.startswith(claim_start)]
+    assert len(rows) == 1, list(data["claim"])
+    return rows.iloc[0]
+
+
+# ---- the bootstrap against a hand computation ---------------------------------------------------------
+
+def test_hierarchical_bootstrap_moments_match_the_two_level_formula():
+    """Bug caught: resampling prompts only (ignoring run seeds) or seeds only. For a balanced design the
+    bootstrap mean is the grand mean and its variance is (1/S) [var(seed means) + mean(within var) / P]
+    (population variances), which is what the replicates must show."""
+    groups = [np.array([0.10, 0.30, -0.05, 0.20]), np.array([0.50, 0.45, 0.70, 0.35]), np.array([0.0, -0.2, 0.1, 0.05])]
+    point, lo, hi, reps = hierarchical_bootstrap(groups, n_boot=40000, seed=3)
+    x = np.stack(groups)
+    S, P = x.shape
+    assert point == pytest.approx(x.mean())
+    expected_var = (x.mean(axis=1).var() + x.var(axis=1).mean() / P) / S
+    assert reps.mean() == pytest.approx(x.mean(), abs=0.004)
+    assert reps.var() == pytest.approx(expected_var, rel=0.05)
+    assert lo < point < hi
+    assert hierarchical_bootstrap(groups, n_boot=500, seed=1)[1:3] == hierarchical_bootstrap(groups, n_boot=500, seed=1)[1:3]
+    # one seed: only prompts resampled, variance = var(prompts) / P
+    _, _, _, reps1 = hierarchical_bootstrap(groups[:1], n_boot=40000, seed=4)
+    assert reps1.var() == pytest.approx(groups[0].var() / P, rel=0.05)
+    # a single value has no interval (never a zero-width one)
+    assert all(math.isnan(v) for v in hierarchical_bootstrap([[0.2]])[1:3])
+
+
+def test_paired_difference_matches_the_hand_computed_per_prompt_mean_and_is_paired(tmp_path):
+    """Bug caught: comparing unpaired means (prompt-to-prompt spread would swamp the interval) or pairing rows
+    by position instead of by (prompt, eval seed): the arms differ by exactly +0.05 on every sample."""
+    tables = build(tmp_path, "paired", {("sol_rl", ()): lambda s: 0.05 * (s > 0), ("diffusion_nft", ()): lambda s: 0.0})
+    # shuffle the stored rows: pairing must go by prompt and eval seed, not by row order
+    m = tables.metrics.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    tables.metrics = m
+    from solbench.report.paired import paired_difference
+
+    p = paired_difference(tables, "tiny", METRIC, "Sol-RL", "DiffusionNFT")
+    assert p.step == 4 and p.ci.n_seeds == 2 and p.ci.n_prompts == len(PROMPTS)
+    assert p.ci.mean == pytest.approx(0.05)
+    assert p.ci.hi - p.ci.lo < 1e-9 + 1e-12  # constant paired difference: no spread at all
+    assert "run seeds (2) and, within each, eval prompts (6)" == p.ci.covers
+
+
+def test_table1_gets_a_delta_vs_reference_column_with_an_interval_even_with_one_seed(tmp_path):
+    tables = build(tmp_path, "one_seed", {("sol_rl", ()): lambda s: 0.04 * (s > 0), ("diffusion_nft", ()): lambda s: 0.0},
+                   seeds=(0,), noise=0.02)
+    table = _table(tables, "main_results", "main_results_tiny")
+    row = table.data[table.data["arm"] == "Sol-RL"].iloc[0]
+    samples = tables.metrics[(tables.metrics.split == "eval_sample") & (tables.metrics.step == 4)]
+    runs = dict(zip(tables.runs.method, tables.runs.run_id))
+    a = samples[samples.run_id == runs["sol_rl"]].set_index(["prompt_id", "eval_seed"]).value
+    b = samples[samples.run_id == runs["diffusion_nft"]].set_index(["prompt_id", "eval_seed"]).value
+    assert row["vs_ref_mean"] == pytest.approx((a - b).groupby(level=0).mean().mean())
+    assert row["vs_ref_lo"] < row["vs_ref_mean"] < row["vs_ref_hi"]  # an interval from one run seed
+    assert "eval prompts only" in row["vs_ref_covers"]
+    assert "Δ vs DiffusionNFT shapes_geneval" in table.display.columns
+    assert "hierarchical bootstrap" in table.caption and "eval prompts only" in table.caption
+
+
+# ---- the verdict rule ---------------------------------------------------------------------------------
+
+def test_verdict_rule_on_intervals():
+    assert verdict(0.01, 0.2, 0.0) == REPRODUCED
+    assert verdict(-0.2, -0.01, 0.0) == CONTRADICTED
+    assert verdict(-0.01, 0.2, 0.0) == INCONCLUSIVE
+    assert verdict(0.0, 0.2, 0.0) == INCONCLUSIVE  # touching the threshold is not enough
+    assert verdict(float("nan"), float("nan"), 0.0) == INCONCLUSIVE  # no interval
+    assert verdict(-0.2, -0.01, 0.0, "less") == REPRODUCED
+    assert verdict(0.01, 0.2, 0.0, "less") == CONTRADICTED
+
+
+@pytest.mark.parametrize("gain, noise, expected", [(0.05, 0.01, REPRODUCED), (-0.05, 0.01, CONTRADICTED),
+                                                   (0.0, 0.05, INCONCLUSIVE)])
+def test_findings_force_each_verdict_for_sol_rl_vs_diffusion_nft(tmp_path, gain, noise, expected):
+    """Bug caught: a verdict that ignores the interval (e.g. the sign of the point estimate alone)."""
+    tables = build(tmp_path, "claims", {("sol_rl", ()): lambda s: gain * (s > 0), ("diffusion_nft", ()): lambda s: 0.0},
+                   noise=noise)
+    row = _finding(tables, "Sol-RL beats DiffusionNFT")
+    assert row["verdict"] == expected, row.to_dict()
+    if expected != INCONCLUSIVE:
+        assert row["effect"] == pytest.approx(gain, abs=0.01)
+    else:
+        assert row["lo"] < 0 < row["hi"]
+    # naive BF16 scaling, naive FP4, N and explore-step ablations are not in these results
+    for claim in ("Sol-RL matches naive BF16", "Naive FP4 ends below", "Reward grows with the candidate pool",
+                  "More explore steps", "FP4 explore ranks seeds"):
+        assert _finding(tables, claim)["verdict"] == NOT_MEASURED
+
+
+def test_findings_peak_decline_ablations_and_noninferiority(tmp_path):
+    steps = (0, 2, 4, 6, 8)
+    arms = {
+        ("sol_rl", (("n", 8), ("explore_steps", 6))): lambda s: 0.02 * s,
+        ("sol_rl", (("n", 2), ("explore_steps", 6))): lambda s: 0.01 * s,
+        ("sol_rl", (("n", 8), ("explore_steps", 2))): lambda s: 0.005 * s,
+        ("naive_scaling", ()): lambda s: 0.021 * s,
+        ("naive_fp4", ()): lambda s: 0.03 * min(s, 4) - 0.02 * max(s - 4, 0),  # peaks at step 4, then declines
+    }
+    tables = build(tmp_path, "ablate", arms, steps=steps, noise=0.002)
+    assert _finding(tables, "Naive FP4 peaks and then declines")["verdict"] == REPRODUCED
+    assert _finding(tables, "Naive FP4 peaks and then declines")["effect"] == pytest.approx(-0.08, abs=0.01)
+    assert _finding(tables, "Naive FP4 ends below Sol-RL")["verdict"] == REPRODUCED
+    n_row = _finding(tables, "Reward grows with the candidate pool")
+    assert n_row["verdict"] == REPRODUCED and n_row["effect"] == pytest.approx(0.08, abs=0.01)  # (0.02 - 0.01) x 8
+    steps_row = _finding(tables, "More explore steps")
+    assert steps_row["verdict"] == REPRODUCED and steps_row["effect"] == pytest.approx(0.12, abs=0.01)
+    # Sol-RL 0.16 vs naive 0.168 at step 8, relative gap ~ -1.2 % of naive's score: inside the 2 % margin
+    gap = _finding(tables, "Sol-RL matches naive BF16")
+    assert gap["verdict"] == REPRODUCED and -0.02 < gap["effect"] < 0
+    # the ablation table pairs every setting with the default arm (n=8, explore_steps=6) the same way
+    ablation = _table(tables, "ablations", "ablations_tiny_sol_rl").data.set_index(["candidates N", "explore steps"])
+    assert ablation.loc[(2, 6), "vs_default_mean"] == pytest.approx(-0.08, abs=0.01)
+    assert ablation.loc[(2, 6), "vs_default_hi"] < 0 and np.isnan(ablation.loc[(8, 6), "vs_default_mean"])
+    strict = Tables.load(tables.results_dir, ReportOptions(n_boot=400, noninferiority_margin=0.001))
+    assert _finding(strict, "Sol-RL matches naive BF16")["verdict"] == CONTRADICTED
+
+
+def test_convergence_single_curve_crossing_is_inconclusive_not_a_result(tmp_path):
+    """Bug caught: the convergence table printing a single-curve crossing as a speedup without an interval."""
+    tables = build(tmp_path, "conv", {("sol_rl", ()): lambda s: 0.02 * s, ("diffusion_nft", ()): lambda s: 0.01 * s},
+                   seeds=(0,))
+    table = _table(tables, "convergence", "convergence_tiny")
+    cell = table.display.set_index("method").loc["Sol-RL", METRIC]
+    assert "inconclusive" in cell and "no interval" in cell
+    row = _finding(tables, "Sol-RL reaches DiffusionNFT's final score faster (measured")
+    assert row["verdict"] == NOT_MEASURED  # CPU runs: the measured clock cannot speak to FP4 hardware
+
+
+# ---- the PROJECTED clock against hand-counted FLOPs ---------------------------------------------------
+
+def test_projected_clock_matches_hand_counted_flops(tmp_path):
+    """Bug caught: explore phases at the BF16 rate, eval FLOPs counted, or a per-step instead of a cumulative clock.
+    Sol-RL per iteration: explore 9e12 FLOPs in NVFP4, regenerate 2e12 in BF16, train 5e12 in BF16; reward
+    uncounted. B200 at 40 %: 9e12 / (9e15 x 0.4) + (2e12 + 5e12) / (2.25e15 x 0.4) = 0.0025 + 0.0077778 s."""
+    timings = {"sol_rl": [("explore", "explore", 9e12), ("regenerate", "full", 2e12), ("train", "full", 5e12),
+                          ("reward", "full", None), ("eval", "full", 1e18)],
+               "diffusion_nft": [("rollout", "full", 4e12), ("train", "full", 5e12)]}
+    tables = build(tmp_path, "clock", {("sol_rl", ()): lambda s: 0.02 * s, ("diffusion_nft", ()): lambda s: 0.01 * s},
+                   timings=timings)
+    per_iter = 9e12 / (9e15 * 0.4) + (2e12 + 5e12) / (2.25e15 * 0.4)
+    from solbench.report.curves import curve_table
+
+    curve = curve_table(tables, "eval", METRIC).set_index(["arm", "step"])
+    assert curve.loc[("Sol-RL", 0), "projected_s"] == 0.0
+    assert curve.loc[("Sol-RL", 2), "projected_s"] == pytest.approx(2 * per_iter)
+    assert curve.loc[("Sol-RL", 4), "projected_s"] == pytest.approx(4 * per_iter)
+    assert curve.loc[("DiffusionNFT", 4), "projected_s"] == pytest.approx(4 * 9e12 / (2.25e15 * 0.4))
+    fig = _table(tables, "learning_curves", "learning_curves_tiny")
+    labels = [ax.get_xlabel() for ax in fig.figure.axes]
+    assert any(label.startswith("PROJECTED B200") for label in labels)
+    assert "PROJECTION" in fig.caption and "left out: reward" in fig.caption  # names the uncounted phase
+    projected = _table(tables, "convergence", "convergence_tiny_projected")
+    assert "PROJECTION" in projected.title and "PROJECTION" in projected.caption
+    r = projected.data.set_index("arm").loc["Sol-RL"]
+    # Sol-RL reaches NFT's final (0.04 at step 4) at step 2: 2 iterations; NFT needs 4 of its own
+    assert r["time_to_target_s"] == pytest.approx(2 * per_iter)
+    assert r["speedup"] == pytest.approx(4 * 9e12 / (2.25e15 * 0.4) / (2 * per_iter))
+    assert _finding(tables, "Sol-RL reaches DiffusionNFT's final score faster (PROJECTED")["verdict"] == REPRODUCED
+
+
+# ---- decomposed fidelity ------------------------------------------------------------------------------
+
+def test_decomposed_fidelity_pairs_each_recipe_with_the_step_budget_control(tmp_path):
+    from scipy import stats
+
+    rng = np.random.default_rng(5)
+    runs, cand = [], []
+    full = {p: rng.uniform(0, 1, 12) for p in range(5)}
+    for recipe, noise in (("none", 0.05), ("nvfp4_tiny", 0.3)):
+        rid = f"fid-{recipe}"
+        row = _run("fid", "fidelity", 0, rid)
+        row.update({"p_kind": "fidelity", "p_quant.recipe": recipe, "p_seeds": 12, "p_prompts.set": "shapes/eval",
+                    "p_prompts.n_prompts": 5, "p_sampling.explore_steps": 6, "p_sampling.steps": 10,
+                    "p_sampling.sampler": "dpm2", "p_checkpoint.path": None})
+        runs.append(row)
+        for p, f in full.items():
+            proxy = f + noise * rng.standard_normal(12)
+            for c in range(12):
+                common = dict(run_id=rid, step=0, prompt_id=f"q{p}", cand_idx=c, noise_seed=c, selected=False,
+                              reward_name=METRIC)
+                cand += [dict(common, precision="explore", reward=float(proxy[c])),
+                         dict(common, precision="full", reward=float(f[c]))]
+    folder = tmp_path / "fid"
+    folder.mkdir()
+    pd.DataFrame(runs).to_parquet(folder / "runs.parquet", index=False)
+    pd.DataFrame(cand).to_parquet(folder / "candidates.parquet", index=False)
+    tables = Tables.load(folder, OPTS)
+    table = _table(tables, "ranking_fidelity", "ranking_fidelity_decomposed")
+    data = table.data.set_index("recipe")
+    c = pd.DataFrame(cand)
+
+    def rho(rid):
+        out = {}
+        for p, g in c[c.run_id == rid].groupby("prompt_id"):
+            e = g[g.precision == "explore"].sort_values("cand_idx").reward.values
+            f = g[g.precision == "full"].sort_values("cand_idx").reward.values
+            out[p] = stats.spearmanr(e, f)[0]
+        return pd.Series(out)
+
+    diff = rho("fid-nvfp4_tiny") - rho("fid-none")
+    assert data.loc["nvfp4_tiny", "spearman_rho_vs_steps_only"] == pytest.approx(diff.mean())
+    assert data.loc["nvfp4_tiny", "spearman_rho_vs_steps_only_hi"] < 0  # the added noise costs rank fidelity
+    assert data.loc["none", "label"] == "step budget only (full precision)"
+    assert data.loc["nvfp4_tiny", "label"] == "NVFP4 (nvfp4_tiny)"
+    # the Findings row uses the NVFP4 run only, never the full-precision control
+    row = _finding(tables, "FP4 explore ranks seeds")
+    assert row["effect"] == pytest.approx(rho("fid-nvfp4_tiny").mean())
+    assert row["verdict"] in (REPRODUCED, CONTRADICTED, INCONCLUSIVE)
+
+
+# ---- the main job ends with the all-seeds fidelity; per-sample eval rows from the trainer ---------------
+
+def _spec_with_fidelity(tmp_path, fidelity: str):
+    from pathlib import Path
+
+    smoke = (Path(__file__).resolve().parents[1] / "experiments" / "smoke.yaml").read_text()
+    path = tmp_path / "smoke_fid.yaml"
+    path.write_text(smoke.replace("name: smoke", "name: smoke_fid") + fidelity)
+    return path
+
+
+def test_spec_fidelity_block_is_validated(tmp_path):
+    from solbench.errors import ConfigError
+    from solbench.spec import load_spec
+
+    spec = load_spec(_spec_with_fidelity(tmp_path, "fidelity: {n_prompts: 2, seeds: 4, recipes: [nvfp4_tiny, none]}\n"))
+    assert spec.fidelity.seeds == 4 and spec.fidelity.recipes == ["nvfp4_tiny", "none"]
+    assert spec.fidelity.checkpoint == "sol_rl"
+    with pytest.raises(ConfigError, match="n_promts"):
+        load_spec(_spec_with_fidelity(tmp_path, "fidelity: {n_promts: 2}\n"))
+    main = load_spec(Path_main("tiny_main.yaml"))
+    seeds = pd.DataFrame([(r.config.method, r.config.seed) for r in main.runs], columns=["method", "seed"])
+    assert (seeds.groupby("method")["seed"].nunique() >= 2).all() and main.fidelity is not None
+    paper = load_spec(Path_main("tiny_paper.yaml"))
+    seeds = pd.DataFrame([(r.config.method, r.config.seed) for r in paper.runs], columns=["method", "seed"])
+    assert (seeds.groupby("method")["seed"].nunique() >= 3).all() and paper.fidelity is not None
+
+
+def Path_main(name):
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1] / "experiments" / name
+
+
+@pytest.mark.slow
+def test_run_ends_with_fidelity_and_the_report_pairs_per_sample_rows(tmp_path):
+    """`solbench run` of a 2-iteration spec with a fidelity block: the trainer's eval_sample rows, the fidelity
+    runs beside the training runs (kept out of training aggregates), the decomposed table and Findings rows."""
+    from pathlib import Path
+
+    weights = Path(__file__).resolve().parents[1] / "solbench" / "assets" / "tiny_t2i.safetensors"
+    if not weights.exists():
+        pytest.skip("the tiny model's weights are not built yet")
+    from solbench.cli import main
+
+    spec = _spec_with_fidelity(tmp_path, "fidelity: {n_prompts: 2, seeds: 4, steps: 3, explore_steps: 2, "
+                                         "recipes: [nvfp4_tiny, none]}\n")
+    rc = main(["run", str(spec), "--results", str(tmp_path / "results"), "--reports", str(tmp_path / "reports"),
+               "--quiet"])
+    assert rc == 0
+    folder = tmp_path / "results" / "smoke_fid"
+    metrics = pd.read_parquet(folder / "metrics.parquet")
+    samples = metrics[metrics.split == "eval_sample"]
+    evals = metrics[metrics.split == "eval"]
+    # smoke: 2 eval prompts x 1 seed per evaluation; the sample rows average to the stored eval means
+    assert len(samples) == 2 * len(evals[evals.metric == "shapes_geneval"])
+    means = samples.groupby(["run_id", "step", "metric"]).value.mean()
+    stored = evals.set_index(["run_id", "step", "metric"]).value
+    assert np.allclose(means.values, stored.loc[means.index].values)
+    runs = pd.read_parquet(folder / "runs.parquet")
+    assert sorted(runs.loc[runs.method == "fidelity", "p_quant.recipe"]) == ["none", "nvfp4_tiny"]
+    report = tmp_path / "reports" / "smoke_fid"
+    text = (report / "index.md").read_text()
+    assert text.index("## 1. Findings") < text.index("## 2. Main results")
+    assert "Decomposed fidelity" in text
+    main_results = pd.read_csv(report / "main_results_tiny.csv")
+    assert not main_results["arm"].str.startswith("fidelity").any()
+    findings = pd.read_csv(report / "findings.csv").set_index("claim")
+    fid = findings.loc["FP4 explore ranks seeds almost as BF16 does (all-seeds Spearman ρ)"]
+    assert fid["verdict"] != NOT_MEASURED
+    t1 = findings.loc["Sol-RL beats DiffusionNFT at equal iterations"]
+    assert "eval prompts only (2 prompts" in t1["covers"]
+
+
+@pytest.mark.slow
+def test_fidelity_cli_recipes_make_one_arm_per_format_beside_the_step_budget_control(tmp_path):
+    from pathlib import Path
+
+    weights = Path(__file__).resolve().parents[1] / "solbench" / "assets" / "tiny_t2i.safetensors"
+    if not weights.exists():
+        pytest.skip("the tiny model's weights are not built yet")
+    from solbench.cli import main
+
+    recipes = ["nvfp4_tiny", "none", "mxfp4_w4a4", "fp8_w8a8"]
+    assert main(["fidelity", "--model", "tiny", "--device", "cpu", "--n-prompts", "2", "--seeds", "4", "--steps", "3",
+                 "--explore-steps", "2", "--sampler", "euler", "--rewards", "shapes_geneval", "--name", "fidr",
+                 "--recipes", ",".join(recipes), "--results", str(tmp_path / "results"),
+                 "--reports", str(tmp_path / "reports")]) == 0
+    runs = pd.read_parquet(tmp_path / "results" / "fidr" / "runs.parquet")
+    assert sorted(runs["p_quant.recipe"]) == sorted(recipes)
+    table = pd.read_csv(tmp_path / "reports" / "fidr" / "ranking_fidelity_decomposed.csv").set_index("recipe")
+    assert set(table.index) == set(recipes)
+    assert set(table["label"]) == {"step budget only (full precision)", "NVFP4 (nvfp4_tiny)", "MXFP4 (mxfp4_w4a4)",
+                                   "FP8 (fp8_w8a8)"}
+    assert table.loc["none", "spearman_rho_vs_steps_only"] != table.loc["none", "spearman_rho_vs_steps_only"]  # NaN
+    assert np.isfinite(table.loc[["nvfp4_tiny", "mxfp4_w4a4", "fp8_w8a8"], "spearman_rho_vs_steps_only"]).all()
