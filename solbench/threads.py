@@ -19,8 +19,8 @@ cores. So each run decides its thread count once, before it starts:
    about 60 s with 2 threads and 5 s with 1, because every OpenMP region of 2 threads waits for the
    core the other job holds.
 
-The count used is recorded in env.json (``torch_threads``, ``cpu_allocation``) and shown by the
-report header, so timings say what they ran on.
+The count used is recorded in each run's env.json (``torch_threads``, ``cpu_allocation``), so its
+timings say what they ran on.
 """
 
 from __future__ import annotations
