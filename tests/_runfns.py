@@ -19,6 +19,27 @@ import torch
 from solbench.config import RunConfig
 from solbench.results import RunStore
 
+# The launcher tests' spec: three tiny DiffusionNFT runs of 4 iterations (run with the functions below).
+THREE_RUNS_SPEC = """
+name: {name}
+launch: local
+base:
+  model: {name: tiny}
+  rewards: {shapes_geneval: 1.0}
+  prompts_per_iter: 2
+  iterations: 4
+  eval: {every: 2, prompts: shapes/eval, n_prompts: 2, seeds_per_prompt: 1, rewards: [shapes_geneval]}
+matrix:
+  method: [diffusion_nft]
+  seed: [0, 1, 2]
+  group_size: [2]
+"""
+
+
+def three_runs_spec(name: str) -> str:
+    """THREE_RUNS_SPEC under experiment name ``name``."""
+    return THREE_RUNS_SPEC.replace("{name}", name)
+
 
 def counting_run(cfg: RunConfig, store: RunStore, progress=None) -> dict:
     step_s = float(os.environ.get("SOLBENCH_TEST_STEP_S", "0"))

@@ -21,21 +21,10 @@ from solbench.launch import RunTask, execute_run, launch_spec, run_lock, run_sta
 from solbench.results import RunStore
 from solbench.spec import load_spec
 
+from _runfns import three_runs_spec
+
 TESTS = Path(__file__).resolve().parent
-SPEC = """
-name: launchtest
-launch: local
-base:
-  model: {name: tiny}
-  rewards: {shapes_geneval: 1.0}
-  prompts_per_iter: 2
-  iterations: 4
-  eval: {every: 2, prompts: shapes/eval, n_prompts: 2, seeds_per_prompt: 1, rewards: [shapes_geneval]}
-matrix:
-  method: [diffusion_nft]
-  seed: [0, 1, 2]
-  group_size: [2]
-"""
+SPEC = three_runs_spec("launchtest")
 
 
 @pytest.fixture

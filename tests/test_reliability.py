@@ -29,22 +29,11 @@ from solbench.results import RunStore
 from solbench.spec import load_spec
 from solbench.trainer import WEIGHT_LIMIT, Trainer
 
+from _runfns import three_runs_spec
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-SPEC = """
-name: reliab
-launch: local
-base:
-  model: {name: tiny}
-  rewards: {shapes_geneval: 1.0}
-  prompts_per_iter: 2
-  iterations: 4
-  eval: {every: 2, prompts: shapes/eval, n_prompts: 2, seeds_per_prompt: 1, rewards: [shapes_geneval]}
-matrix:
-  method: [diffusion_nft]
-  seed: [0, 1, 2]
-  group_size: [2]
-"""
+SPEC = three_runs_spec("reliab")
 
 
 @pytest.fixture
