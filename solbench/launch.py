@@ -361,7 +361,7 @@ def run_states(run_dirs: dict[str, Path]) -> dict[str, tuple[str, dict]]:
     """run_id -> (effective state, status dict) for every run, asking Slurm once for all jobs.
 
     The effective state is the stored one, except that pending/running runs whose process or job
-    is gone read as ``interrupted``.
+    is gone read as ``interrupted`` (only when the status did not change while that was checked).
     """
     statuses: dict[str, dict] = {}
     jobs: dict[str, str] = {}
@@ -389,7 +389,14 @@ def run_states(run_dirs: dict[str, Path]) -> dict[str, tuple[str, dict]]:
             elif state == "pending" and status.get("launcher_host") == here and status.get("launcher_pid"):
                 alive = _pid_alive(int(status["launcher_pid"]))
             if alive is False:
-                state = "interrupted"
+                # Read the status again: the run may have finished (status written, then lock
+                # released) or started (lock taken, then status written) between the read above
+                # and the liveness check. Only a status unchanged across the check is a dead run.
+                fresh = RunStore(run_dir, run_id).read_status()
+                if fresh == status:
+                    state = "interrupted"
+                else:
+                    state, status = fresh["state"], fresh
         result[run_id] = (state, status)
     return result
 

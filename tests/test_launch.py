@@ -118,6 +118,34 @@ def test_killed_run_reads_interrupted_and_resumes_without_duplicates(spec_path, 
     assert store.read_status()["attempt"] == 2
 
 
+def test_a_run_that_finishes_while_its_liveness_is_checked_reads_done_not_interrupted(spec_path, tmp_path,
+                                                                                      monkeypatch):
+    # The race CI hit: a poll read status "running", the run then wrote "done" and released its
+    # lock, and the lock check found it free: the poll called a finished run interrupted, and
+    # wait_for_runs returned on it. The check must read the status again before saying so.
+    import socket
+
+    import solbench.launch as launch
+
+    spec = load_spec(spec_path)
+    run = spec.runs[0]
+    run_dir = spec.run_dir(tmp_path / "results", run.run_id)
+    store = RunStore(run_dir, run.run_id)
+    store.write_status("running", attempt=1, host=socket.gethostname(), pid=os.getpid())
+
+    def finishes_meanwhile(path):
+        store.write_status("done", attempt=1)
+        return False
+
+    monkeypatch.setattr(launch, "lock_is_held", finishes_meanwhile)
+    state, status = run_states({run.run_id: run_dir})[run.run_id]
+    assert (state, status["state"]) == ("done", "done")
+    # a status that stays put while the lock is free is a dead run
+    monkeypatch.setattr(launch, "lock_is_held", lambda path: False)
+    store.write_status("running", attempt=2, host=socket.gethostname(), pid=os.getpid())
+    assert run_states({run.run_id: run_dir})[run.run_id][0] == "interrupted"
+
+
 def test_a_run_is_never_executed_twice_at_once(spec_path, tmp_path):
     spec = load_spec(spec_path)
     run = spec.runs[0]

@@ -106,6 +106,26 @@ def test_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     assert _same_bits(out, fake_quantize(x, "nvfp4")) and _same_bits(again, out)
 
 
+def test_views_of_many_layouts_do_not_exhaust_the_recompile_limit(monkeypatch):
+    """Catches: dynamo guarding on a view's base tensor, so that each new weight or activation
+    shape recompiled the kernel until torch's recompile limit (8) failed the call and switched the
+    whole process to the slow eager path (seen in CI after a few dozen quantized layers)."""
+    monkeypatch.setattr(fused, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(fused, "_STATE", {"disabled": False, "reason": None})
+    g = torch.Generator().manual_seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rows in (1, 3, 16):
+            for cols in (16, 32, 48, 64):
+                base = torch.randn(rows, cols + 16, generator=g)
+                # a slice, a fresh tensor, a transposed view: the layouts layers hand the quantizer
+                for x in (base[:, :cols], base[:, :cols].contiguous(), torch.randn(cols, rows, generator=g).t()):
+                    for fmt in ("nvfp4", "mxfp4"):
+                        fake_quantize(x, fmt)
+    assert fused.enabled(), fused._STATE["reason"]
+    assert not [w for w in caught if "eager path" in str(w.message)]
+
+
 def test_small_eager_calls_restore_the_thread_count():
     """Catches: the one-thread guard for small tensors leaking a thread count of 1 into the
     rest of the process (every later GEMM single-threaded), including when the call raises."""

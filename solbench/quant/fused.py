@@ -185,6 +185,9 @@ def _guarded(name: str, compiled: Callable) -> Callable:
     def run(*args, **kwargs):
         if _STATE["disabled"]:
             return _KERNELS[name](*args, **kwargs)
+        # Views (x2d.view(-1, 16), ...) would make dynamo guard on their base tensor's layout and
+        # recompile for every new base; detached tensors share the storage without a base.
+        args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
         try:
             return compiled(*args, **kwargs)
         except Exception as exc:  # no compiler, inductor bug, ...: fall back for good
