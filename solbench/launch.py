@@ -1,4 +1,5 @@
-"""Launching the runs of a spec: in-process (``launch: local``) or as Slurm job arrays via submitit.
+"""Launching the runs of a spec: on this machine (``launch: local``: in worker processes, one run per
+core, or in-process) or as Slurm job arrays via submitit.
 
 Who writes what in ``results/<experiment>/<run_id>/``:
 
@@ -51,11 +52,15 @@ from typing import Any
 from solbench.config import RunConfig
 from solbench.errors import ConfigError, SolbenchError
 from solbench.results import RunStore, atomic_write_bytes, capture_env
-from solbench.threads import cpu_allocation
+from solbench.threads import available_cores, cpu_allocation, requested_threads
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RUN_FN = "solbench.trainer:train_run"
+#: Overrides the local profile's ``workers`` (a number, or "auto"); `solbench run --workers` sets it.
+WORKERS_ENV = "SOLBENCH_WORKERS"
+#: Set inside a local worker process: which worker it is and its cores (recorded in env.json).
+WORKER_ENV = "SOLBENCH_LOCAL_WORKER"
 LOCK_FILE = ".lock"
 LAUNCH_FILE = "launch.json"
 TERMINAL_STATES = ("done", "failed", "interrupted")
@@ -227,6 +232,8 @@ def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str,
             with cpu_allocation(device="cuda" if on_gpu else "cpu") as cpus:
                 env = capture_env()
                 env["cpu_allocation"] = cpus.as_dict()
+                if os.environ.get(WORKER_ENV):
+                    env["cpu_allocation"]["local_worker"] = os.environ[WORKER_ENV]
                 store.write_json("env.json", env)
                 store.write_status("running", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
                                    slurm_job_id=_slurm_job_id(), started_at=_now(), started_ts=started)
@@ -478,14 +485,95 @@ class Submission:
     job_ids: dict[str, str] = field(default_factory=dict)  # slurm: run_id -> job id
 
 
+def local_workers(setting: int | str, n_runs: int) -> int:
+    """How many runs ``launch_local`` executes at once: SOLBENCH_WORKERS, else the profile's ``workers``.
+
+    "auto" is one run per core this process may use (per SOLBENCH_THREADS cores when that asks for
+    several threads per run), and 1 where CUDA is available: local GPU runs take turns on the GPU.
+    Never more than there are runs.
+    """
+    raw = os.environ.get(WORKERS_ENV, "").strip() or setting
+    if str(raw) == "auto":
+        if _cuda():
+            return 1
+        per_run = requested_threads()[0] or 1
+        value = len(available_cores()) // per_run
+    else:
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{WORKERS_ENV}={raw!r}: give a whole number of runs at once (>= 1) or 'auto'") from None
+        if value < 1:
+            raise ConfigError(f"workers={raw!r}: at least 1 run at a time")
+    return max(1, min(value, n_runs))
+
+
+def core_shares(cores: Sequence[int], workers: int) -> list[list[int]]:
+    """``cores`` split into ``workers`` contiguous, nearly equal shares (a core per worker at least)."""
+    cores = list(cores)
+    if workers >= len(cores):
+        return [[c] for c in cores] + [list(cores) for _ in range(workers - len(cores))]
+    return [cores[i * len(cores) // workers:(i + 1) * len(cores) // workers] for i in range(workers)]
+
+
+def _init_local_worker(counter, lock, shares: list[list[int]]) -> None:
+    """Pin a new worker process to its share of the cores; its runs claim (solbench.threads) just those."""
+    with lock:
+        index = counter.value
+        counter.value += 1
+    cores = shares[index % len(shares)]
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
+    os.environ[WORKER_ENV] = f"{index % len(shares) + 1}/{len(shares)} on cores {','.join(map(str, cores))}"
+
+
+def _execute_in_workers(tasks: Sequence[RunTask], workers: int, display=None) -> dict[str, str]:
+    """Execute ``tasks`` in ``workers`` processes, each on its share of the cores; run_id -> state.
+
+    Spawned, not forked: a forked torch process inherits the parent's thread pools and locks. A
+    worker that dies (killed, out of memory) leaves its run interrupted on disk; the next
+    `solbench run` resumes it.
+    """
+    import concurrent.futures
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    shares = core_shares(available_cores(), workers)
+    states: dict[str, str] = {}
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_local_worker,
+                                                initargs=(ctx.Value("i", 0), ctx.Lock(), shares)) as pool:
+        futures = {pool.submit(execute_run, task): task for task in tasks}
+        waiting = set(futures)
+        try:
+            while waiting:
+                finished, waiting = concurrent.futures.wait(waiting, timeout=0.5)
+                for future in finished:
+                    run_id = futures[future].run_id
+                    try:
+                        states[run_id] = future.result()["state"]
+                    except Exception as err:  # the worker process died: the run reads interrupted on disk
+                        log.error("run %s: its worker process ended abnormally (%s); `solbench run` resumes it",
+                                  run_id, err)
+                        states[run_id] = "interrupted"
+                if display is not None:
+                    display.tick(force=bool(finished))
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return states
+
+
 def launch_local(spec, runs: Sequence[Any], results_root: Path, *, run_fn: str | Callable = DEFAULT_RUN_FN,
                  force: bool = False, display=None, sys_path: Sequence[str] = (), group=None,
-                 force_since: float | None = None) -> Submission:
-    """Run every run in this process, one after another; a failing run does not stop the others.
+                 force_since: float | None = None, workers: int = 1) -> Submission:
+    """Run every run on this machine; a failing run does not stop the others.
+
+    ``workers`` 1: one after another in this process. More: that many at once, each in a worker
+    process pinned to its share of the cores (``local_workers`` decides how many).
 
     Under torchrun (``group``: solbench.distributed.join_launch_group) every rank calls this with
     the same runs; rank 0 prepares the run folders and the others wait for it, then all execute
-    each run together (rank 0 records it).
+    each run together (rank 0 records it), one run after another.
     """
     ref = run_fn_ref(run_fn)
     main = group is None or group.is_main
@@ -495,6 +583,11 @@ def launch_local(spec, runs: Sequence[Any], results_root: Path, *, run_fn: str |
     if group is not None:
         group.barrier()  # rank 0 has (re)set the folders before any rank looks for checkpoints
     submission = Submission("local")
+    if workers > 1 and group is None:
+        tasks = [RunTask(str(store.run_dir), run.config.to_dict(), ref, list(sys_path), force_since=force_since)
+                 for run, store in zip(runs, stores)]
+        submission.states.update(_execute_in_workers(tasks, workers, display))
+        return submission
     for run, store in zip(runs, stores):
         task = RunTask(str(store.run_dir), run.config.to_dict(), ref, list(sys_path), force_since=force_since)
         tick = (lambda *a, **k: display.tick()) if display is not None else None
@@ -680,9 +773,10 @@ def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str
         if not plan.to_launch:
             return LaunchResult(plan, None, profile_path, profile.executor)
         preflight(spec, plan.to_launch)
+        workers = 1 if group.enabled else local_workers(profile.workers, len(plan.to_launch))
         submission = launch_local(spec, plan.to_launch, results_root, run_fn=run_fn, force=force, display=display,
                                   sys_path=sys_path, group=group if group.enabled else None,
-                                  force_since=force_since)
+                                  force_since=force_since, workers=workers)
         return LaunchResult(plan, submission, profile_path, profile.executor)
     finally:
         group.close()

@@ -52,7 +52,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
@@ -163,6 +163,9 @@ class ProfileModel(BaseModel):
     model_config = _STRICT
     description: str = ""
     executor: Literal["local", "slurm"] = "local"
+    # local only: runs executed at once, each in its own process on its share of the cores ("auto":
+    # one per core on CPU, one on a GPU machine); SOLBENCH_WORKERS or `solbench run --workers` override
+    workers: Union[Annotated[int, Field(ge=1)], Literal["auto"]] = 1
     partition: Optional[str] = None
     nodes: int = Field(default=1, ge=1)
     tasks_per_node: int = Field(default=1, ge=1)  # ranks per node for torch.distributed runs
@@ -859,7 +862,8 @@ def load_profile(name: str, spec_path: Path | None = None) -> tuple[str, Profile
             except ValidationError as err:
                 raise _format_validation_error(err, str(path), lines, ProfileModel) from None
     if name == "local":  # the default works without any profile file
-        return "<builtin local>", ProfileModel(executor="local", description="in-process, one run after another")
+        return "<builtin local>", ProfileModel(executor="local", workers="auto",
+                                               description="this machine, one run per core at a time")
     known = sorted({p.stem for folder in profile_search_path(spec_path) if folder.is_dir()
                     for p in folder.glob("*.yaml")})
     raise ConfigError(f"launch profile {name!r} not found (looked in {', '.join(str(c) for c in candidates)}); "

@@ -7,6 +7,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Local launches execute their runs in this process, one after another, where tests can monkeypatch
+# them; tests of the worker processes (test_launch.py) set SOLBENCH_WORKERS themselves.
+os.environ.setdefault("SOLBENCH_WORKERS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -262,3 +262,81 @@ def test_code_snapshot_has_the_installed_layout_is_shared_and_imports_first(tmp_
     assert out[0] == str(snapshot / "solbench" / "__init__.py")
     assert out[1] == str(snapshot / "solbench" / "methods" / "sol_rl.py")
     assert "sol_rl" in out[2] and "flow_grpo" in out[2]
+
+
+# -- local worker processes: one run per core --------------------------------------------------------
+
+def test_local_workers_auto_is_one_run_per_core_and_the_setting_can_be_overridden(monkeypatch):
+    """Catches: "auto" oversubscribing (more runs than cores, or several threads per run times one
+    run per core), GPU machines running several runs on one GPU, or a bad override passing silently."""
+    import solbench.launch as launch
+    from solbench.errors import ConfigError
+
+    monkeypatch.setattr(launch, "available_cores", lambda: [0, 1, 2, 3])
+    monkeypatch.setattr(launch, "_cuda", lambda: False)
+    monkeypatch.delenv("SOLBENCH_WORKERS", raising=False)
+    monkeypatch.delenv("SOLBENCH_THREADS", raising=False)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert launch.local_workers("auto", 14) == 4
+    assert launch.local_workers("auto", 3) == 3  # never more workers than runs
+    assert launch.local_workers(1, 14) == 1
+    monkeypatch.setenv("SOLBENCH_THREADS", "2")
+    assert launch.local_workers("auto", 14) == 2  # two threads per run: a run per two cores
+    monkeypatch.delenv("SOLBENCH_THREADS")
+    monkeypatch.setenv("SOLBENCH_WORKERS", "3")
+    assert launch.local_workers("auto", 14) == 3
+    monkeypatch.setenv("SOLBENCH_WORKERS", "many")
+    with pytest.raises(ConfigError, match="SOLBENCH_WORKERS='many'"):
+        launch.local_workers(1, 14)
+    monkeypatch.setenv("SOLBENCH_WORKERS", "auto")
+    monkeypatch.setattr(launch, "_cuda", lambda: True)
+    assert launch.local_workers(4, 14) == 1
+
+
+def test_core_shares_split_the_cores_without_overlap():
+    from solbench.launch import core_shares
+
+    assert core_shares([0, 1], 2) == [[0], [1]]
+    assert core_shares(list(range(8)), 3) == [[0, 1], [2, 3, 4], [5, 6, 7]]
+    assert core_shares([4, 5, 6, 7], 1) == [[4, 5, 6, 7]]
+
+
+def test_a_local_profile_with_an_invalid_workers_value_is_an_error_naming_the_file(tmp_path):
+    from solbench.errors import ConfigError
+    from solbench.spec import load_profile
+
+    path = tmp_path / "mine.yaml"
+    path.write_text("executor: local\nworkers: 0\n")
+    with pytest.raises(ConfigError, match="mine.yaml"):
+        load_profile(str(path))
+
+
+def test_local_runs_execute_side_by_side_in_worker_processes_with_the_same_results(spec_path, tmp_path,
+                                                                                  monkeypatch):
+    """Catches: workers running the runs one after another (no gain), in this process (no
+    isolation, no pinning), on overlapping cores, losing a run's state, or computing other numbers
+    than the in-process launcher."""
+    results = tmp_path / "results"
+    monkeypatch.setenv("SOLBENCH_WORKERS", "2")
+    monkeypatch.setenv("SOLBENCH_TEST_STEP_S", "0.4")  # 4 steps: runs long enough to overlap
+    outcome = launch_spec(load_spec(spec_path), results, run_fn="_runfns:counting_run", sys_path=[str(TESTS)])
+    spec = load_spec(spec_path)
+    assert outcome.submission.states == {r.run_id: "done" for r in spec.runs}
+    stores = [RunStore(spec.run_dir(results, r.run_id), r.run_id) for r in spec.runs]
+    statuses = [s.read_status() for s in stores]
+    pids = [s.read_json("env.json")["pid"] for s in stores]
+    assert os.getpid() not in pids and len(set(pids)) == 2  # two worker processes shared the three runs
+    spans = sorted((s["started_ts"], s["started_ts"] + s["seconds"]) for s in statuses)
+    assert spans[1][0] < spans[0][1]  # the second run started before the first ended
+    workers = [s.read_json("env.json")["cpu_allocation"] for s in stores]
+    if len(os.sched_getaffinity(0)) >= 2:  # each worker pinned to its own core, one thread there
+        first, second = {w["local_worker"]: frozenset(w["cores"]) for w in workers}.values()
+        assert first and second and not first & second
+        assert all(w["threads"] == 1 for w in workers)
+    # the same numbers as one after another in this process
+    monkeypatch.setenv("SOLBENCH_WORKERS", "1")
+    launch_spec(load_spec(spec_path), tmp_path / "inproc", run_fn="_runfns:counting_run", sys_path=[str(TESTS)])
+    for run, store in zip(spec.runs, stores):
+        reference = RunStore(spec.run_dir(tmp_path / "inproc", run.run_id), run.run_id)
+        assert reference.read_json("env.json")["pid"] == os.getpid()
+        assert [r["value"] for r in store.read("metrics")] == [r["value"] for r in reference.read("metrics")]

@@ -1,7 +1,8 @@
 """`solbench run SPEC`: run every run of a spec that is not done, then collect and report.
 
-With ``launch: local`` (the default) the runs execute here, one after another, under a live
-progress display. With a Slurm profile they are submitted as one job array and the command returns
+With ``launch: local`` (the default) the runs execute on this machine under a live progress
+display, one run per core at a time, each in a worker process (``--workers`` changes how many; 1
+runs them one after another in this process). With a Slurm profile they are submitted as one job array and the command returns
 once submitted (``--wait`` blocks until they end); ``solbench status SPEC`` follows them from disk.
 Re-running a finished spec runs nothing and says so; it still collects and writes the report when
 that is missing or older than the results (a collect or report that was interrupted). Runs that
@@ -15,12 +16,13 @@ progress, records results and writes the report. On Slurm the launch profile's t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from solbench.commands._common import (DEFAULT_REPORTS, add_only_argument, add_results_argument, add_spec_argument,
                                        console, experiment_dir, filter_runs, print_notes, report_is_current,
                                        report_lock)
-from solbench.launch import DEFAULT_RUN_FN, TERMINAL_STATES, launch_spec, run_states, wait_for_runs
+from solbench.launch import DEFAULT_RUN_FN, TERMINAL_STATES, WORKERS_ENV, launch_spec, run_states, wait_for_runs
 from solbench.progress import LiveDisplay
 from solbench.spec import load_spec
 
@@ -35,6 +37,9 @@ def add_arguments(parser) -> None:
                         help="launch profile overriding the spec's (local, debug, gpu, or a .yaml path)")
     parser.add_argument("--force", action="store_true", help="rerun runs that are done (their results are replaced)")
     parser.add_argument("--wait", action="store_true", help="on Slurm, block until every run has ended")
+    parser.add_argument("--workers", metavar="N", default=None,
+                        help="locally: runs at once, each in its own process on its share of the cores "
+                             "('auto': one per core; 1: one after another in this process; default: the profile's)")
     add_only_argument(parser)
     parser.add_argument("--no-report", action="store_true", help="do not collect results nor write the report")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
@@ -48,6 +53,8 @@ def main(args) -> int:
     from solbench.distributed import launch_rank
 
     out = console()
+    if args.workers is not None:
+        os.environ[WORKERS_ENV] = str(args.workers)  # read by launch.local_workers, checked there
     spec = load_spec(args.spec)
     main_rank = launch_rank() == 0  # under torchrun only rank 0 talks and reports
     if main_rank:
