@@ -16,6 +16,13 @@ family, as Sol-RL's reference syncs the old adapter) by a factory the harness su
 every update (the engine times it as phase "sync"). The factory and the sync get the source role as
 a module: with LoRA, the shared transformer with that role's adapter active (quantized_copy and
 sync_weights merge the active adapter on the fly), so no full-precision merged copy is ever held.
+
+Full-precision rollouts go through the LoRA role too, never through a merged plain copy, for every
+method (issue 17 asked to use one for the NFT family). Measured with benchmarks/lora_rollout.py on
+the tiny model (1 thread, Intel Xeon): a merged copy samples 1.07x faster at batch 16 and 1.03x at
+batch 66, the same images to 1e-4; about 2% of a Sol-RL or DiffusionNFT iteration, since the
+adapter switches that made the gap larger before are gone (active_adapter). On FLUX the copy would
+be a third bf16 transformer, 24 GB per rank. Not worth holding; rerun the benchmark if that changes.
 """
 
 from __future__ import annotations

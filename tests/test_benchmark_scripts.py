@@ -38,3 +38,18 @@ def test_busy_load_stops_its_processes():
     with busy_load(2) as workers:
         assert len(workers) == 2 and all(w.poll() is None for w in workers)  # running
     assert all(w.poll() is not None for w in workers)  # stopped and reaped
+
+
+def test_lora_rollout_benchmark_compares_the_view_with_a_merged_copy_of_the_same_role():
+    """Catches: the merged copy computing other images than the LoRA role it stands for (a wrong
+    or missing merge shows as a large max |dx0|), or the script not running at all."""
+    out = subprocess.run(
+        [sys.executable, "benchmarks/lora_rollout.py", "--steps", "2", "--repeats", "1", "--batches", "4",
+         "--load", "quiet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "CPU: " in out
+    rows = [line.replace("│", " ").split() for line in out.splitlines() if line.replace("│", " ").split()[:1] == ["4"]]
+    assert len(rows) == 1
+    cells = rows[0]  # batch, view min / median, merged min / median, speedup, max |dx0|
+    assert float(cells[1]) > 0 and float(cells[4]) > 0 and cells[7].endswith("x")
+    assert float(cells[-1]) < 1e-3
