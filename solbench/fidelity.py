@@ -39,6 +39,7 @@ import torch
 
 from solbench.config import ModelConfig, QuantConfig, RunConfig
 from solbench.errors import ConfigError
+from solbench.threads import cpu_allocation
 
 log = logging.getLogger(__name__)
 
@@ -285,12 +286,17 @@ def run(settings: FidelitySettings, results_root: str | Path = "results", *, for
         return spec, store.run_dir
     store.clear()
     store.write_json("spec.json", spec)
-    store.write_json("env.json", capture_env())
     started = time.time()
     store.write_status("running", attempt=1, started_at=_now())
     try:
-        engine = build_engine(spec, checkpoint)
-        frame = sample(spec, engine, batch_seeds=settings.batch_seeds)
+        # threads as for a training run (solbench.threads): beside busy cores two threads would
+        # make every parallel region wait for the core another program holds
+        with cpu_allocation(device="cuda" if torch.cuda.is_available() else "cpu") as cpus:
+            env = capture_env()
+            env["cpu_allocation"] = cpus.as_dict()
+            store.write_json("env.json", env)
+            engine = build_engine(spec, checkpoint)
+            frame = sample(spec, engine, batch_seeds=settings.batch_seeds)
         store.append("candidates", frame.drop(columns=["run_id"]).to_dict("records"))
         timings = [row.row() for row in engine.timer.drain()]
         for row in timings:

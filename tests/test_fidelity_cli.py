@@ -53,6 +53,12 @@ def test_runs_table_describes_a_done_fidelity_run(fidelity_run):
     assert run["p_kind"] == "fidelity" and run["p_seeds"] == N and run["p_prompts.n_prompts"] == M
     assert run["p_sampling.steps"] == 4 and run["p_sampling.explore_steps"] == 2
     assert run["p_quant.recipe"] == "nvfp4_tiny" and pd.isna(run.get("p_checkpoint"))
+    # its threads came from solbench.threads like a training run's (two threads beside a busy core
+    # made the fidelity block of the loaded main job crawl)
+    import json
+
+    env = json.loads(next((root / "results" / "fid").glob("*/env.json")).read_text())
+    assert env["cpu_allocation"]["threads"] >= 1 and env["cpu_allocation"]["source"]
     sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()
     if sha:
