@@ -524,7 +524,19 @@ def _init_local_worker(counter, lock, shares: list[list[int]]) -> None:
     cores = shares[index % len(shares)]
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)
+    _end_with_parent()
     os.environ[WORKER_ENV] = f"{index % len(shares) + 1}/{len(shares)} on cores {','.join(map(str, cores))}"
+
+
+def _end_with_parent() -> None:
+    """Linux: have the kernel send SIGTERM to this worker when `solbench run` dies, so that a killed
+    launcher does not leave its runs going on unseen (they read interrupted and resume later)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+    except (OSError, AttributeError):
+        pass
 
 
 def _execute_in_workers(tasks: Sequence[RunTask], workers: int, display=None) -> dict[str, str]:

@@ -340,3 +340,45 @@ def test_local_runs_execute_side_by_side_in_worker_processes_with_the_same_resul
         reference = RunStore(spec.run_dir(tmp_path / "inproc", run.run_id), run.run_id)
         assert reference.read_json("env.json")["pid"] == os.getpid()
         assert [r["value"] for r in store.read("metrics")] == [r["value"] for r in reference.read("metrics")]
+
+
+def test_killing_the_launcher_stops_its_workers_and_the_runs_resume(spec_path, tmp_path):
+    """Catches: worker processes outliving a killed `solbench run` (runs going on unseen, holding
+    their cores), or their runs not resuming from the checkpoint afterwards."""
+    results = tmp_path / "results"
+    env = {**os.environ, "SOLBENCH_WORKERS": "2", "SOLBENCH_TEST_STEP_S": "1.0",
+           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "solbench", "run", str(spec_path), "--results", str(results), "--quiet",
+           "--no-report", "--run-fn", "_runfns:counting_run"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    spec = load_spec(spec_path)
+    stores = [RunStore(spec.run_dir(results, r.run_id), r.run_id) for r in spec.runs]
+    deadline = time.monotonic() + 90
+    while sum((s.latest_checkpoint() or (0,))[0] >= 1 for s in stores) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, "two runs never got going"
+        time.sleep(0.2)
+    pids = {s.read_status()["pid"] for s in stores if s.read_status()["state"] == "running"}
+    assert len(pids) == 2
+    proc.kill()
+    proc.wait()
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return not Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in pids):
+        assert time.monotonic() < deadline, "worker processes outlived the killed launcher"
+        time.sleep(0.2)
+    states = run_states({s.run_id: s.run_dir for s in stores})
+    assert sorted(state for state, _ in states.values()).count("interrupted") >= 2
+
+    again = subprocess.run(cmd, env={**env, "SOLBENCH_TEST_STEP_S": "0"}, capture_output=True, text=True,
+                           timeout=180)
+    assert again.returncode == 0, again.stderr[-2000:]
+    for store in stores:
+        assert store.read_status()["state"] == "done"
+        assert steps(store) == [0, 1, 2, 3, 4]  # resumed without duplicated or lost rows
