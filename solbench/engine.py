@@ -243,9 +243,28 @@ class Engine:
         """Velocity of a role (or module) at (x_t, t); carries gradients when the net has them.
 
         Computed exactly as during sampling (same padding), so a stored step recomputed with the
-        rollout's network gives the rollout's velocity bit for bit.
+        rollout's network gives the rollout's velocity bit for bit. Its FLOPs count toward the
+        phase open around the call (``count_velocity_flops``): the "train" phase gets its cost so.
         """
-        return self._velocity(self.net(net), x_t, t, cond, guidance)
+        v = self._velocity(self.net(net), x_t, t, cond, guidance)
+        self.count_velocity_flops(x_t.shape[0], guidance, backward=v.requires_grad)
+        return v
+
+    def count_velocity_flops(self, rows: int, guidance: float | None, *, backward: bool) -> None:
+        """Add a velocity call's FLOPs to the open phase: forwards for ``rows`` samples on every rank
+        and, when its output carries gradients, the backward pass the loss will run through it.
+
+        The backward costs 1 forward with LoRA (gradients of the activations; the adapters' own weight
+        gradients are a rounding error) and 2 with full fine-tuning (activations and weights), the usual
+        rule of thumb. Counted where the call is made, since the backward happens in the trainer.
+        """
+        per_forward = self.adapter.flops_per_forward()
+        if per_forward is None:
+            return
+        forwards = per_forward * rows * self.adapter.forwards_per_velocity(guidance) * self.dist.world_size
+        if backward:
+            forwards *= 2.0 if getattr(self.nets, "mode", "full") == "lora" else 3.0
+        self.timer.add_flops(forwards)
 
     def _velocity(self, module: nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None) -> Tensor:
         n = x_t.shape[0]

@@ -62,6 +62,12 @@ class PhaseTimer:
             self._open.pop()
             self.records.append(record)
 
+    def add_flops(self, flops: float) -> None:
+        """Count ``flops`` toward the innermost open phase (with no phase open they count nowhere)."""
+        if self._open:
+            record = self._open[-1]
+            record.flops = (record.flops or 0.0) + flops
+
     def drain(self) -> list[PhaseRecord]:
         records, self.records = self.records, []
         return records

@@ -120,6 +120,36 @@ def test_stochastic_rollouts_are_reproducible_and_shared_noise_groups_diverge(ad
     assert not torch.equal(a.x0[0], a.x0[3])  # but independent SDE noise per candidate
 
 
+def test_training_velocity_calls_count_their_flops_toward_the_train_phase(adapter):
+    """Catches: the train phase carrying no FLOPs (the projected clock then leaves training out and
+    overstates Sol-RL's end-to-end speedup), a backward counted for no-grad calls, CFG's second
+    forward forgotten, or LoRA's backward charged like full fine-tuning's."""
+    from solbench.config import FinetuneConfig
+    from solbench.policy import PolicyNets
+
+    per_forward = adapter.flops_per_forward()
+    x = torch.zeros(3, *adapter.latent_shape)
+    t = torch.full((3,), 0.5)
+    expected = {}
+    for mode, backward in (("lora", 1), ("full", 2)):
+        import copy
+
+        nets = PolicyNets(copy.deepcopy(adapter.transformer), FinetuneConfig(mode=mode, lora_rank=4, lora_alpha=8),
+                          roles=("old",))
+        timer = PhaseTimer()
+        engine = make_engine(adapter, nets, timer)
+        cond = engine.encode(["a red square"] * 3)
+        with engine.phase("train", precision="full"):
+            with torch.no_grad():
+                engine.velocity("old", x, t, cond)  # the old policy's target: forward only
+            engine.velocity("policy", x, t, cond, guidance=2.0).sum()  # CFG: two forwards, with gradients
+        engine.velocity("policy", x, t, cond)  # outside any phase: counted nowhere
+        (row,) = [r.row() for r in timer.drain()]
+        expected[mode] = per_forward * 3 * (1 + 2 * (1 + backward))
+        assert row["phase"] == "train" and row["flops"] == pytest.approx(expected[mode])
+    assert expected["full"] > expected["lora"]
+
+
 def test_timing_rows_and_scores(adapter, nets):
     timer = PhaseTimer()
     engine = make_engine(adapter, nets, timer)
