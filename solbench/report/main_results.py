@@ -35,7 +35,9 @@ def _eval_setup(tables: Tables, runs: pd.DataFrame) -> str:
     for column, template in (("p_eval.prompts", "prompts `{}`"), ("p_eval.n_prompts", "first {} prompts"),
                              ("p_eval.seeds_per_prompt", "{} seeds per prompt"), ("p_sampling.eval_steps", "{} sampling steps")):
         if column in runs and runs[column].notna().any():
-            values = sorted({str(v) for v in runs[column].dropna()})
+            # whole numbers come back as floats when another run kind leaves the column empty
+            values = sorted({str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+                             for v in runs[column].dropna()})
             parts.append(template.format("/".join(values)))
     if "p_eval.use_ema" in runs and runs["p_eval.use_ema"].notna().any():
         ema = set(runs["p_eval.use_ema"].dropna().astype(bool))

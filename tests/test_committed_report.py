@@ -1,0 +1,49 @@
+"""The committed report of experiments/tiny_paper.yaml (reports/tiny_paper/) is what a user reads
+before running anything: it must be a whole report of that spec, open with computed Findings, and
+stay in step with the spec it claims to come from."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from solbench.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ROOT / "reports" / "tiny_paper"
+VERDICTS = {"reproduced", "contradicted", "inconclusive", "not measured by this spec"}
+
+
+def test_the_committed_report_opens_with_computed_findings_with_intervals():
+    """Catches: a report committed from another spec or a partial run, Findings edited by hand
+    (a verdict the rule cannot give), or a report whose Findings lost their intervals."""
+    text = (REPORT / "index.md").read_text()
+    assert text.startswith("# solbench report: `tiny_paper`")
+    sections = re.findall(r"^## (.+)$", text, flags=re.M)
+    assert sections[1].endswith("Findings"), sections[:3]  # "Contents", then Findings first
+    findings = pd.read_csv(REPORT / "findings.csv")
+    assert set(findings["verdict"]) <= VERDICTS
+    measured = findings[findings["verdict"].isin({"reproduced", "contradicted"})]
+    assert len(measured) >= 3  # the spec speaks to the paper's claims, not only "not measured"
+    assert measured[["lo", "hi"]].notna().all().all()  # every decided claim has its interval
+    assert (findings["claim"].str.contains("PROJECT")).any()
+    for verdict in findings["verdict"]:
+        assert f"**{verdict}**" in text  # the page shows what the table holds
+    assert "2 seeds per prompt; 10 sampling steps" in text  # settings print as the spec gives them
+
+
+def test_the_committed_report_covers_every_run_of_the_spec_and_its_plots():
+    """Catches: a stale report after the spec changed (other runs, other seeds) or one whose plots
+    were not committed with it."""
+    spec = load_spec(ROOT / "experiments" / "tiny_paper.yaml")
+    text = (REPORT / "index.md").read_text()
+    n = len(spec.runs) + len(spec.fidelity.recipes)  # the training runs, then one fidelity run per recipe
+    assert len(spec.fidelity.recipes) == 4
+    assert re.search(rf"\| runs \| {n} \({n} done\) \|", text), "the report is not of every run of the spec"
+    assert "uncommitted changes" not in text  # its runs came from committed code
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text)
+    assert images and all((REPORT / image).is_file() for image in images)
+    assert any("projected" in image.lower() or "projection" in image.lower() for image in images) or \
+        "PROJECTED" in text
