@@ -2,8 +2,9 @@
 
 With ``launch: local`` (the default) the runs execute on this machine under a live progress
 display, one run per core at a time, each in a worker process (``--workers`` changes how many; 1
-runs them one after another in this process). With a Slurm profile they are submitted as one job array and the command returns
-once submitted (``--wait`` blocks until they end); ``solbench status SPEC`` follows them from disk.
+runs them one after another in this process). With a Slurm profile they are submitted as one job
+array and the command returns once submitted (``--wait`` blocks until they end); ``solbench status
+SPEC`` follows them from disk.
 Re-running a finished spec runs nothing and says so; it still collects and writes the report when
 that is missing or older than the results (a collect or report that was interrupted). Runs that
 another process is executing (a second ``solbench run`` of the same spec) are waited for, not
