@@ -71,6 +71,22 @@ def counting_run(cfg: RunConfig, store: RunStore, progress=None) -> dict:
     return {"steps": cfg.iterations}
 
 
+def rendezvous_run(cfg: RunConfig, store: RunStore, progress=None) -> dict:
+    """counting_run that first waits until a second run of the experiment has started beside it
+    (a file per started run in ``<experiment>/.rendezvous/``). Runs executed one after another
+    never meet: the first one fails after 60 s. Tests of side-by-side execution use it instead of
+    timing assumptions (how long a worker takes to import torch varies by seconds under load)."""
+    folder = store.run_dir.parent / ".rendezvous"
+    folder.mkdir(exist_ok=True)
+    (folder / store.run_id).touch()
+    deadline = time.monotonic() + 60
+    while len(list(folder.iterdir())) < 2:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no second run started beside this one within 60 s")
+        time.sleep(0.05)
+    return counting_run(cfg, store, progress)
+
+
 def crash_on_seed_1(cfg: RunConfig, store: RunStore, progress=None) -> dict:
     """Like counting_run, but the run with seed 1 crashes after writing its first row."""
     if cfg.seed == 1:
