@@ -21,14 +21,14 @@ import pytest
 import torch
 
 from solbench.cli import main as cli
-from solbench.config import EvalConfig, FinetuneConfig, ModelConfig, RunConfig, SamplingConfig
+from solbench.config import RunConfig
 from solbench.errors import NonFiniteLossError
 from solbench.launch import RunTask, execute_run, prepare_run, run_lock
-from solbench.method import get_method
 from solbench.results import RunStore
 from solbench.spec import load_spec
 from solbench.trainer import WEIGHT_LIMIT, Trainer
 
+import _tiny_config as tiny_config
 from _runfns import three_runs_spec
 
 TESTS = Path(__file__).resolve().parent
@@ -264,17 +264,7 @@ def test_spec_errors_are_rejected_by_expand_naming_key_and_file(tmp_path, capsys
 # -- 6. NaN handling in the trainer ---------------------------------------------------------------------
 
 def small_config(method: str, **overrides) -> RunConfig:
-    cfg = RunConfig(
-        experiment="reliability", method=method, method_config=dict(get_method(method).tiny_config),
-        model=ModelConfig(name="tiny", path="random"), rewards={"colorfulness": 1.0},
-        prompts_per_iter=1, iterations=3, seed=3,
-        finetune=FinetuneConfig(lora_rank=4, lora_alpha=8, lr=1e-3),
-        sampling=SamplingConfig(steps=2, eval_steps=1),
-        eval=EvalConfig(every=3, n_prompts=1, seeds_per_prompt=1, rewards=["colorfulness"], grid_prompts=1),
-        checkpoint_every=1, device="cpu")
-    for key, value in overrides.items():
-        setattr(cfg, key, value)
-    return cfg
+    return tiny_config.small_config(method, experiment="reliability", planned_iterations=3, seed=3, **overrides)
 
 
 def test_diverged_weights_stop_the_run_and_the_last_checkpoint_is_finite(tmp_path):

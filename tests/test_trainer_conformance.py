@@ -16,11 +16,13 @@ import copy
 import pytest
 import torch
 
-from solbench.config import EvalConfig, FinetuneConfig, ModelConfig, RunConfig, SamplingConfig
+from solbench.config import FinetuneConfig, RunConfig
 from solbench.errors import NonFiniteLossError
 from solbench.method import get_method, method_names, validate_method_config
 from solbench.results import RunStore
 from solbench.trainer import Trainer, train_run
+
+import _tiny_config as tiny_config
 
 # phases each method's iteration must time, beyond "train"
 PHASES = {
@@ -36,17 +38,7 @@ ITERATIONS = 4
 
 
 def small_config(method: str, **overrides) -> RunConfig:
-    cfg = RunConfig(
-        experiment="conformance", method=method, method_config=dict(get_method(method).tiny_config),
-        model=ModelConfig(name="tiny", path="random"), rewards={"colorfulness": 1.0},
-        prompts_per_iter=1, iterations=ITERATIONS, seed=7,
-        finetune=FinetuneConfig(lora_rank=4, lora_alpha=8, lr=1e-3),
-        sampling=SamplingConfig(steps=2, eval_steps=1),
-        eval=EvalConfig(every=4, n_prompts=1, seeds_per_prompt=1, rewards=["colorfulness"], grid_prompts=1),
-        checkpoint_every=1, device="cpu")
-    for key, value in overrides.items():
-        setattr(cfg, key, value)
-    return cfg
+    return tiny_config.small_config(method, experiment="conformance", planned_iterations=ITERATIONS, seed=7, **overrides)
 
 
 def comparable(store: RunStore) -> dict[str, list[dict]]:
