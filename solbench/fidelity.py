@@ -292,9 +292,7 @@ def run(settings: FidelitySettings, results_root: str | Path = "results", *, for
         # threads as for a training run (solbench.threads): beside busy cores two threads would
         # make every parallel region wait for the core another program holds
         with cpu_allocation(device="cuda" if torch.cuda.is_available() else "cpu") as cpus:
-            env = capture_env()
-            env["cpu_allocation"] = cpus.as_dict()
-            store.write_json("env.json", env)
+            store.write_json("env.json", capture_env(cpus=cpus))
             engine = build_engine(spec, checkpoint)
             frame = sample(spec, engine, batch_seeds=settings.batch_seeds)
         store.append("candidates", frame.drop(columns=["run_id"]).to_dict("records"))

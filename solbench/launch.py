@@ -52,15 +52,13 @@ from typing import Any
 from solbench.config import RunConfig
 from solbench.errors import ConfigError, SolbenchError
 from solbench.results import RunStore, atomic_write_bytes, capture_env
-from solbench.threads import available_cores, cpu_allocation, requested_threads
+from solbench.threads import LOCAL_WORKER_ENV, available_cores, cpu_allocation, requested_threads
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RUN_FN = "solbench.trainer:train_run"
 #: Overrides the local profile's ``workers`` (a number, or "auto"); `solbench run --workers` sets it.
 WORKERS_ENV = "SOLBENCH_WORKERS"
-#: Set inside a local worker process: which worker it is and its cores (recorded in env.json).
-WORKER_ENV = "SOLBENCH_LOCAL_WORKER"
 LOCK_FILE = ".lock"
 LAUNCH_FILE = "launch.json"
 TERMINAL_STATES = ("done", "failed", "interrupted")
@@ -230,11 +228,7 @@ def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str,
             # the cores it can claim beside other local runs); env.json records what it got.
             on_gpu = cfg.device == "cuda" or (cfg.device == "auto" and _cuda())
             with cpu_allocation(device="cuda" if on_gpu else "cpu") as cpus:
-                env = capture_env()
-                env["cpu_allocation"] = cpus.as_dict()
-                if os.environ.get(WORKER_ENV):
-                    env["cpu_allocation"]["local_worker"] = os.environ[WORKER_ENV]
-                store.write_json("env.json", env)
+                store.write_json("env.json", capture_env(cpus=cpus))
                 store.write_status("running", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
                                    slurm_job_id=_slurm_job_id(), started_at=_now(), started_ts=started)
                 run_fn = resolve_run_fn(task.run_fn)
@@ -521,11 +515,12 @@ def _init_local_worker(counter, lock, shares: list[list[int]]) -> None:
     with lock:
         index = counter.value
         counter.value += 1
-    cores = shares[index % len(shares)]
+    slot = index % len(shares)
+    cores = shares[slot]
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)
     _end_with_parent()
-    os.environ[WORKER_ENV] = f"{index % len(shares) + 1}/{len(shares)} on cores {','.join(map(str, cores))}"
+    os.environ[LOCAL_WORKER_ENV] = f"{slot + 1}/{len(shares)} on cores {','.join(map(str, cores))}"
 
 
 def _end_with_parent() -> None:

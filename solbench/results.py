@@ -422,8 +422,9 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def capture_env(repo_dir: str | os.PathLike | None = None) -> dict[str, Any]:
-    """What produced a run: code version, package versions, device, host and Slurm ids."""
+def capture_env(repo_dir: str | os.PathLike | None = None, *, cpus=None) -> dict[str, Any]:
+    """What produced a run: code version, package versions, device, host and Slurm ids, and with
+    ``cpus`` (a solbench.threads.CpuAllocation) the threads and cores the run was given."""
     repo = Path(repo_dir) if repo_dir else Path(__file__).resolve().parent.parent
     sha = _git(["rev-parse", "HEAD"], repo)
     porcelain = _git(["status", "--porcelain", "--untracked-files=no"], repo)
@@ -470,6 +471,8 @@ def capture_env(repo_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     from solbench.cpu import cpu_info
 
     env["cpu"] = cpu_info()  # model, native bf16 flags, and what full_dtype auto/native resolve to here
+    if cpus is not None:
+        env["cpu_allocation"] = cpus.as_dict()
     return env
 
 

@@ -38,6 +38,8 @@ from typing import Iterator
 log = logging.getLogger(__name__)
 
 ENV_THREADS = "SOLBENCH_THREADS"
+#: Set by the launcher inside a local worker process: which worker it is and its cores.
+LOCAL_WORKER_ENV = "SOLBENCH_LOCAL_WORKER"
 #: Where the per-core lock files live (one folder per user, shared by every solbench process).
 LOCK_DIR_ENV = "SOLBENCH_CORE_LOCKS"
 
@@ -49,9 +51,14 @@ class CpuAllocation:
     threads: int
     source: str  # "explicit" | "slurm" | "claimed" | "all cores taken"
     cores: list[int] = field(default_factory=list)
+    # the local worker process this run executes in (solbench.launch), None outside one
+    local_worker: str | None = field(default_factory=lambda: os.environ.get(LOCAL_WORKER_ENV) or None)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if out["local_worker"] is None:
+            del out["local_worker"]
+        return out
 
 
 def available_cores() -> list[int]:
