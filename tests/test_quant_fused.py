@@ -178,3 +178,52 @@ def test_concurrent_small_calls_restore_the_thread_count():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_one_pass_activation_kernel_matches_eager_over_scales(monkeypatch, dtype):
+    """Catches: the one-pass NVFP4 activation kernel computing the global scales differently from
+    formats._nvfp4_global_scales (torch's `c / g` is reciprocal(g) * c, a second rounding that moved
+    every decoded value by an ulp), or mishandling an all-zero tensor or a global amax so small that
+    6 * 448 / g overflows to FLT_MAX."""
+    g = torch.Generator().manual_seed(3)
+    inputs = []
+    for seed, magnitude in enumerate((1e-40, 1e-20, 1e-3, 1.0, 7.0, 1e3, 1e20)):
+        x = torch.randn(24, 48, generator=g) * magnitude
+        x[seed % 24, :16] = 0.0
+        inputs.append(x)
+    inputs.append(torch.zeros(8, 32))
+    inputs.append(torch.randn(5, 7, 64, generator=g) * torch.logspace(-6, 6, 64))  # 3-D, wide range
+    calls = []
+    real_kernel = fused.kernel
+    monkeypatch.setattr(fused, "kernel", lambda name, x: calls.append(name) or real_kernel(name, x))
+    for x in inputs:
+        x = x.to(dtype)
+        if not torch.isfinite(x).all():  # float16 overflows 1e20: not this test's subject
+            continue
+        calls.clear()
+        got, want = _run_both(monkeypatch, lambda: fake_quantize(x, "nvfp4"))
+        assert calls[0] == "fake_nvfp4_rows", calls
+        assert _same_bits(got, want), f"{dtype} max |x| {float(x.abs().max()):.3g}: one-pass kernel differs from eager"
+        monkeypatch.setattr(fused, "_STATE", {"disabled": False, "reason": None})
+
+
+def test_activation_fake_quantize_is_one_compiled_call(monkeypatch):
+    """Catches: the activation path (1x16 blocks) falling back to the three-kernel route, which
+    costs a tiny-model forward its 15 activations x 3 compiled calls plus their eager glue."""
+    monkeypatch.setattr(fused, "MIN_ELEMENTS", 0)
+    used = []
+    real_kernel = fused.kernel
+
+    def spy(name, x):
+        fn = real_kernel(name, x)
+        if fn is None:
+            return None
+        return lambda *a, **k: used.append(name) or fn(*a, **k)
+
+    monkeypatch.setattr(fused, "kernel", spy)
+    fake_quantize(torch.randn(64, 128), "nvfp4")
+    assert used == ["fake_nvfp4_rows"]
+    used.clear()
+    fake_quantize(torch.randn(64, 128), "nvfp4", (16, 16))  # weights' 16x16 tiles keep the general route
+    assert "fake_nvfp4_rows" not in used and used

@@ -88,6 +88,7 @@ _CHUNK_ELEMENTS = 1 << 20
 # fp32 exponent field, used by the exact magic-number rounding in `_magic_for_`.
 _EXPONENT_MASK = 0x7F800000
 _FP32_ONE_SIXTH = float(torch.tensor(1.0 / 6.0, dtype=torch.float32))  # fp32(1/6), exactly
+_FP32_ONE_SIXTH_TENSOR = torch.tensor(_FP32_ONE_SIXTH, dtype=torch.float32)  # the same, for compiled kernels
 
 
 class NonFiniteError(ValueError):
@@ -704,6 +705,12 @@ def _dequantize_nvfp4(q: QuantizedTensor, dtype: torch.dtype) -> torch.Tensor:
 def _fake_quantize_nvfp4(x: torch.Tensor, tile_rows: int, nonfinite: str) -> torch.Tensor:
     x2d = _pad_last_dim(x, NVFP4_BLOCK)
     rows, k = x2d.shape
+    one_pass = fused.kernel("fake_nvfp4_rows", x2d) if tile_rows == 1 else None
+    if one_pass is not None and x2d.numel():  # activations: one compiled call (fused._fake_nvfp4_rows)
+        out, global_amax = one_pass(x2d, x.dtype, _FP32_ONE_SIXTH_TENSOR)
+        if math.isfinite(float(global_amax)):
+            return out.view(rows, k)
+        # NaN/inf somewhere: the step-by-step path below applies the nonfinite policy.
     sc = _nvfp4_scales(x2d, tile_rows, nonfinite, x.shape)
     apply = _blockwise_scale(sc.decode.reshape(-1))
     # Non-finite inputs only ever sit in blocks that are overwritten with NaN below.

@@ -102,6 +102,37 @@ def _fake_e2m1(blocks: torch.Tensor, encode: torch.Tensor, decode: torch.Tensor,
     return (y * decode[:, None]).to(dtype)
 
 
+def _fake_nvfp4_rows(x2d: torch.Tensor, dtype: torch.dtype, one_sixth: torch.Tensor):
+    """The whole NVFP4 fake-quantize of a [rows, K] tensor (K % 16 == 0, 1x16 blocks) in one call:
+    block amax, global amax, TE's global and block scales, E2M1 rounding and the scale back.
+
+    formats._fake_quantize_nvfp4 does the same in three kernels with host arithmetic between them
+    (the global scales in numpy float32); here those scalar steps are 0-dim fp32 tensor ops of the
+    same operations in the same order, so the result is bit-identical, and an activation costs one
+    compiled call instead of three plus their eager glue (issue 17: a tiny-model forward makes 15).
+    Returns (fake-quantized [rows * K / 16, 16] in dtype, global amax); a non-finite global amax means the
+    caller must redo the call on the eager path, which handles NaN/inf blocks.
+    `one_sixth` is fp32(1/6) as a 0-dim float32 tensor: a Python float argument would be traced as a
+    symbolic double and make the product a double one.
+    """
+    rows, k = x2d.shape
+    blocks = x2d.float().reshape(rows * (k // 16), 16)
+    amax = blocks.abs().amax(dim=-1)
+    global_amax = amax.max()
+    # (`2688.0 / g` would be torch's rtruediv, reciprocal(g) * 2688: two roundings, not one.)
+    one = torch.ones_like(global_amax)
+    encode_global = torch.where(global_amax == 0, one,
+                                torch.clamp(torch.full_like(global_amax, 2688.0) / global_amax, max=_FLT_MAX))  # 6 * 448 / g
+    decode_global = one / encode_global
+    block_scale = _round_to_grid(amax * (encode_global * one_sixth), -6, 3, 448.0, True)
+    decode = block_scale * decode_global
+    encode = torch.reciprocal(decode).clamp(max=_FLT_MAX)
+    # Always saturating is exact: without the clamp every |y| < 7 rounds to at most 6 anyway.
+    y = _round_to_grid(blocks * encode[:, None], 0, 1, 6.0, True)
+    # [n_blocks, 16]: reshaping back to [rows, K] in here made inductor add a scalar copy pass.
+    return (y * decode[:, None]).to(dtype), global_amax
+
+
 def _encode_e2m1(blocks: torch.Tensor, encode: torch.Tensor, saturate: bool) -> torch.Tensor:
     """formats._encode_blocks before packing: uint8 E2M1 codes (0..15) of blocks * e_b, one per element.
 
@@ -172,6 +203,7 @@ _KERNELS: Dict[str, Callable] = {
     "absmax_blocks": _absmax_blocks,
     "nvfp4_block_scales": _nvfp4_block_scales,
     "fake_e2m1": _fake_e2m1,
+    "fake_nvfp4_rows": _fake_nvfp4_rows,
     "encode_e2m1": _encode_e2m1,
     "e2m1_pair_bits": _e2m1_pair_bits,
     "scale_blocks": _scale_blocks,
