@@ -11,8 +11,17 @@ of the weights (decay 0.999) is what ships. Recipe and sizes follow the feasibil
 
     python scripts/pretrain_tiny.py --measure 20          # throughput: seconds per step, then exit
     nohup python scripts/pretrain_tiny.py > .pretrain.log 2>&1 &   # the shipped weights (4500 steps)
+    python scripts/pretrain_tiny.py --init-from solbench/assets --out build/tiny_v2a \
+      --workdir build/pretrain_tiny_v2a --steps 1500 --lr 3e-4 --warmup 50 --ema 0.995 \
+      --noise-consistency 20 --consistency-kind nvfp4            # the NVFP4-robust variant v2a
     python scripts/pretrain_tiny.py --resume                         # continue from build/pretrain_tiny/
     python scripts/pretrain_tiny.py --eval                           # re-evaluate solbench/assets/
+
+A second stage from the shipped weights can add an NVFP4 consistency loss (--noise-consistency with
+--consistency-kind nvfp4: the velocity of the network with its block weights NVFP4-rounded,
+straight-through, is pulled towards the full-precision velocity), so that the explore copy ranks
+seeds nearly as full precision does, as on the paper's large models; docs/embedded-world.md has what
+it gains and costs, and why it is not the shipped model yet.
 
 Checkpoints (model, EMA, optimizer, step) go to build/pretrain_tiny/ every --checkpoint-every steps,
 and each checkpoint also exports the EMA weights to solbench/assets/, so a partial run is usable.
@@ -115,6 +124,49 @@ class perturbed_weights:
         return False
 
 
+class _WithWeights(torch.nn.Module):
+    """The transformer called with some of its weights replaced (torch.func.functional_call)."""
+
+    def __init__(self, net: torch.nn.Module, overrides: dict[str, torch.Tensor]):
+        super().__init__()
+        self.net, self.overrides = net, overrides
+
+    def forward(self, **kwargs):
+        return torch.func.functional_call(self.net, self.overrides, args=(), kwargs=kwargs)
+
+
+def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, sigma: float, seed: int, step: int,
+                             kind: str = "gaussian", min_t: float = 0.0):
+    """Mean squared change of the velocity when the weights the explore copy quantizes are perturbed.
+
+    kind "nvfp4": each such weight NVFP4-rounded in 16x16 tiles, as the explore copy's are, added
+    straight-through (w + (Q(w) - w) with the difference detached). kind "gaussian": additive noise
+    of std sigma x the layer's RMS weight (NVFP4's rounding error is 11% of it on v1), drawn from
+    (seed, step). Gradients flow through both the clean and the perturbed forward, so training makes
+    the network's output agree with its perturbed self. Measured on the shipped v2: this does not
+    pull the weights onto the FP4 grid (their rounding error stays 11% of the norm), so LoRA updates
+    still survive re-quantization. `min_t` > 0 counts only samples with t >= min_t (noisier ones).
+    """
+    gen = torch.Generator().manual_seed(int(np.random.default_rng([seed, step, 11]).integers(2**62)))
+    overrides = {}
+    for name, module in model.transformer.named_modules():
+        if isinstance(module, torch.nn.Linear) and "transformer_blocks." in name and not name.endswith("proj_out"):
+            w = module.weight
+            if kind == "nvfp4":  # the explore copy's own rounding, straight-through
+                from solbench.quant import fake_quantize
+
+                noise = fake_quantize(w.detach(), "nvfp4", (16, 16)) - w.detach()
+            else:
+                noise = torch.randn(w.shape, generator=gen) * (sigma * w.detach().pow(2).mean().sqrt())
+            overrides[f"{name}.weight"] = w + noise
+    v_noisy = model.velocity(_WithWeights(model.transformer, overrides), x_t, t, tokens, pooled)
+    if min_t <= 0:
+        return torch.nn.functional.mse_loss(v_noisy, v_clean)
+    # Only the noisier samples (t >= min_t), where the layout a seed ends up with is decided.
+    per_sample = (v_noisy - v_clean).pow(2).flatten(1).mean(1)
+    return (per_sample * (t >= min_t).to(per_sample.dtype)).mean()
+
+
 def lr_factor(step: int, warmup: int, total: int, decay_fraction: float = 0.3, floor: float = 0.05) -> float:
     """Warm-up, stable, decay: linear warm-up, constant, then cosine to `floor` over the last 30%.
 
@@ -132,7 +184,7 @@ def lr_factor(step: int, warmup: int, total: int, decay_fraction: float = 0.3, f
 
 @torch.no_grad()
 def evaluate(model: TinyT2I, prompt_set: str = "shapes/heldout", seeds: int = 4, steps: int = 10,
-             guidances: tuple[float | None, ...] = (None, 2.0, 3.0)) -> dict:
+             guidances: tuple[float | None, ...] = (None, 2.0, 3.0), shift: float | None = None) -> dict:
     """Strict (GenEval-style) accuracy and graded score per skill, with and without CFG.
 
     Noise comes from the harness's eval stream (solbench.noise, run seed 0), so these samples are
@@ -148,9 +200,10 @@ def evaluate(model: TinyT2I, prompt_set: str = "shapes/heldout", seeds: int = 4,
     texts = [r.text for r in records for _ in range(seeds)]
     skills = [r.skill for r in records for _ in range(seeds)]
     noise, _ = candidate_noise(0, "eval", ids, [i % seeds for i in range(len(ids))], model.config.latent_shape)
-    results = {"prompt_set": prompt_set, "seeds_per_prompt": seeds, "steps": steps, "by_guidance": {}}
+    shift = model.config.shift if shift is None else shift
+    results = {"prompt_set": prompt_set, "seeds_per_prompt": seeds, "steps": steps, "shift": shift, "by_guidance": {}}
     for guidance in guidances:
-        images = torch.cat([model.generate(texts[i:i + 128], noise[i:i + 128], steps, guidance)
+        images = torch.cat([model.generate(texts[i:i + 128], noise[i:i + 128], steps, guidance, shift=shift)
                             for i in range(0, len(texts), 128)])
         strict = score_images(images, texts, strict=True)
         graded = score_images(images, texts, strict=False)
@@ -216,6 +269,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="every K-th step runs its forward and backward with the quantized weights NVFP4-rounded "
                         "(16x16 blocks, as the explore copy's), the gradient applied to the full-precision weights "
                         "(straight-through); 0 = off")
+    p.add_argument("--noise-consistency", type=float, default=0.0,
+                   help="weight of the perturbation-consistency loss (velocity change under Gaussian weight noise "
+                        "of --consistency-sigma x each quantized layer's RMS weight); 0 = off")
+    p.add_argument("--consistency-sigma", type=float, default=0.11)
+    p.add_argument("--consistency-kind", choices=("gaussian", "nvfp4"), default="gaussian",
+                   help="the weight perturbation of the consistency loss: Gaussian noise, or NVFP4 rounding (16x16)")
+    p.add_argument("--consistency-min-t", type=float, default=0.0,
+                   help="apply the consistency loss only to samples with t >= this (1 = pure noise); 0 = all")
+    p.add_argument("--shift", type=float, default=None,
+                   help="sampling sigma-schedule shift recorded with the weights (tiny_t2i.json) and used by the "
+                        "evaluation (default: the --init-from model's, else 1.0, a uniform grid)")
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -227,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         model = load_weights(args.init_from)
     else:
         model = TinyT2I(TinyT2IConfig())
+    if args.shift is not None:  # recorded in tiny_t2i.json: the adapter's default sigma shift
+        model.config.shift = args.shift
     model.train()
     ema = copy.deepcopy(model).eval().requires_grad_(False)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
@@ -258,13 +324,18 @@ def main(argv: list[str] | None = None) -> int:
         save_tiny(ema, weights, config)
         meta = {"step": step, "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed,
                 "ema": args.ema, "caption_dropout": args.caption_dropout, "warmup": args.warmup,
-                "weight_noise": args.weight_noise, "nvfp4_every": args.nvfp4_every, "init_from": init_meta, "threads": args.threads,
-                "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None}
+                "weight_noise": args.weight_noise, "nvfp4_every": args.nvfp4_every,
+                "noise_consistency": args.noise_consistency, "consistency_sigma": args.consistency_sigma,
+                "consistency_kind": args.consistency_kind, "consistency_min_t": args.consistency_min_t,
+                "init_from": init_meta, "threads": args.threads,
+                "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None,  # with the consistency term
+                "recent_consistency": float(np.mean(consistencies[-args.log_every:])) if consistencies else None}
         (out_dir / f"{ASSET_NAME}_train.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     params, ema_params = list(model.parameters()), list(ema.parameters())
     noisy_weights = block_linear_weights(model) if (args.weight_noise > 0 or args.nvfp4_every > 0) else []
     losses: list[float] = []
+    consistencies: list[float] = []
     total = args.steps if not args.measure else start + args.measure + 3
     t0 = time.perf_counter()
     for step in range(start, total):
@@ -279,6 +350,11 @@ def main(argv: list[str] | None = None) -> int:
             tokens, pooled = model.encode(captions)
             v = model.velocity(model.transformer, x_t, t, tokens, pooled)
             loss = torch.nn.functional.mse_loss(v, noise - images)
+            if args.noise_consistency > 0:
+                consistency = perturbation_consistency(model, x_t, t, tokens, pooled, v, args.consistency_sigma,
+                                                       args.seed, step, args.consistency_kind, args.consistency_min_t)
+                consistencies.append(consistency.item())
+                loss = loss + args.noise_consistency * consistency
             if not torch.isfinite(loss):
                 print(f"non-finite loss at step {step}", file=sys.stderr)
                 return 1
@@ -295,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         if done % args.log_every == 0:
             rate = (done - start) / (time.perf_counter() - t0)
             print(f"step {done}/{args.steps} loss {np.mean(losses[-args.log_every:]):.4f} "
-                  f"lr {sched.get_last_lr()[0]:.2e} {rate:.2f} steps/s", flush=True)
+                  + (f"consistency {np.mean(consistencies[-args.log_every:]):.5f} " if consistencies else "")
+                  + f"lr {sched.get_last_lr()[0]:.2e} {rate:.2f} steps/s", flush=True)
         if not args.measure and (done % args.checkpoint_every == 0 or done == args.steps):
             checkpoint(done, losses)
     if not args.measure and not args.no_eval:

@@ -742,11 +742,17 @@ class _Resolver:
             if wanted is not None and available is not None and wanted > available:
                 raise ConfigError(f"{self._key_where(key, cfg.method, loc)}: run ({label}): {key}: {wanted} exceeds "
                                   f"the {available} prompts of {name!r}")
-        # The tiny model's weights are the shipped ones or a random init (solbench.models._build_tiny).
+        # The tiny model's weights: the shipped ones, a random init or a folder of pretrained weights
+        # (solbench.models._build_tiny).
         if cfg.model.name == "tiny" and cfg.model.path not in (None, "pretrained", "random"):
-            raise ConfigError(f"{self._key_where('model.path', cfg.method, loc)}: run ({label}): model.path: "
-                              f"{cfg.model.path!r} is no tiny model; use pretrained (the shipped weights, the "
-                              "default) or random (an untrained init)")
+            from solbench.models.tiny import tiny_weights_folder_problem
+
+            problem = tiny_weights_folder_problem(cfg.model.path)
+            if problem:
+                raise ConfigError(f"{self._key_where('model.path', cfg.method, loc)}: run ({label}): model.path: "
+                                  f"{cfg.model.path!r} is no tiny model ({problem}); use pretrained (the shipped "
+                                  "weights, the default), random (an untrained init) or a folder written by "
+                                  "scripts/pretrain_tiny.py --out")
         for key in ("iterations", "prompts_per_iter", "world_size", "checkpoint_every", "eval.every",
                     "eval.seeds_per_prompt", "sampling.steps", "sampling.eval_steps", "finetune.grad_accum",
                     "finetune.lora_rank"):

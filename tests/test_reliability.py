@@ -244,7 +244,8 @@ def test_collect_before_any_result_is_one_clear_error(spec_path, tmp_path, capsy
     ("matrix: {method: [sol_rl]}\ninclude: [{method: diffusion_nft, k: 2}]\n",
      r"spec\.yaml:3: include\[0\]\.k: no listed method \(diffusion_nft\) has the axis 'k'"),
     ("base: {model: {name: tiny, path: models/tiny_v2}}\nmatrix: {method: [sol_rl]}\n",
-     r"spec\.yaml:2: run \(method=sol_rl\): model\.path: 'models/tiny_v2' is no tiny model; use pretrained"),
+     r"spec\.yaml:2: run \(method=sol_rl\): model\.path: 'models/tiny_v2' is no tiny model \(models/tiny_v2 is not a "
+     r"folder\); use pretrained"),
 ])
 def test_spec_errors_are_rejected_by_expand_naming_key_and_file(tmp_path, capsys, body, key_at):
     import re

@@ -125,18 +125,25 @@ def _run(module, folder, *extra):
 
 
 @pytest.mark.slow
-def test_pretraining_is_deterministic_and_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("stage", [(), ("--noise-consistency", "5", "--consistency-kind", "nvfp4", "--shift", "3")],
+                         ids=["plain", "nvfp4-consistency"])
+def test_pretraining_is_deterministic_and_resumes_exactly(tmp_path, stage):
+    # Bugs caught: data, noise or rounding that are not a function of (seed, step), so that a
+    # resumed run (or the README's reproduce command) gives other weights than a straight one.
     module = _pretrain_module()
-    straight = _run(module, tmp_path / "a", "--steps", "4")
-    _run(module, tmp_path / "b", "--steps", "2")
-    resumed = _run(module, tmp_path / "b", "--steps", "4", "--resume")
-    again = _run(module, tmp_path / "c", "--steps", "4")
+    straight = _run(module, tmp_path / "a", "--steps", "4", *stage)
+    _run(module, tmp_path / "b", "--steps", "2", *stage)
+    resumed = _run(module, tmp_path / "b", "--steps", "4", "--resume", *stage)
+    again = _run(module, tmp_path / "c", "--steps", "4", *stage)
     assert straight.keys() == resumed.keys()
     for key in straight:
         assert torch.equal(straight[key], resumed[key]), key
         assert torch.equal(straight[key], again[key]), key
     meta = json.loads((tmp_path / "b" / "tiny_t2i_train.json").read_text())
     assert meta["step"] == 4
+    if stage:
+        assert meta["noise_consistency"] == 5 and meta["consistency_kind"] == "nvfp4" and meta["recent_consistency"] > 0
+        assert json.loads((tmp_path / "b" / "tiny_t2i.json").read_text())["shift"] == 3.0
 
 
 def test_learning_rate_schedule_shape():
@@ -217,3 +224,72 @@ def test_second_stage_pretraining_from_weights_resumes_exactly(tmp_path):
         assert torch.equal(straight[key], resumed[key]), key
     meta = json.loads((tmp_path / "a" / "tiny_t2i_train.json").read_text())
     assert meta["init_from"]["step"] == 2 and meta["nvfp4_every"] == 2 and meta["weight_noise"] == 0.05
+
+
+def test_a_weights_folder_serves_as_the_tiny_model_with_its_own_sigma_shift(tmp_path, random_model, capsys):
+    """Catches: model.path of a pretrained variant (scripts/pretrain_tiny.py --out DIR) being
+    rejected or silently replaced by the shipped weights, and the variant's recorded sampling shift
+    (tiny_t2i.json) not reaching the adapter's schedule."""
+    from solbench.cli import main as cli
+    from solbench.config import ModelConfig
+    from solbench.models import build_adapter as build_model
+
+    variant = copy.deepcopy(random_model)
+    with torch.no_grad():
+        variant.transformer.proj_out.bias.add_(0.25)  # differs from both the shipped and the random weights
+    variant.config.shift = 3.0
+    folder = tmp_path / "tiny_v2"
+    folder.mkdir()
+    tiny.save_tiny(variant, folder / "tiny_t2i.safetensors", folder / "tiny_t2i.json")
+    adapter = build_model(ModelConfig(name="tiny", path=str(folder)), device="cpu")
+    torch.testing.assert_close(adapter.model.transformer.proj_out.bias, variant.transformer.proj_out.bias)
+    assert adapter.default_shift == 3.0
+    torch.testing.assert_close(adapter.sigmas(4), torch.tensor([1.0, 0.9, 0.75, 0.5, 0.0]))  # 3s / (1 + 2s)
+    assert build_model(ModelConfig(name="tiny"), device="cpu").default_shift is None  # the shipped v1: uniform
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"name: t\nbase: {{model: {{name: tiny, path: {folder}}}}}\nmatrix: {{method: [sol_rl]}}\n")
+    assert cli(["expand", str(spec)]) == 0
+    (folder / "tiny_t2i.json").unlink()
+    assert cli(["expand", str(spec)]) == 2
+    assert "lacks tiny_t2i.json" in capsys.readouterr().err
+
+
+def test_nvfp4_consistency_is_the_velocity_gap_to_the_rounded_copy_and_trains_the_clean_weights():
+    """Catches: the consistency term of the shipped model's second stage measuring the wrong
+    perturbation (other layers than the explore copy quantizes, or Gaussian noise when NVFP4 was
+    asked for), leaving rounded weights in the model, or cutting the gradient to the clean weights
+    (a detached straight-through path trains nothing)."""
+    from solbench.quant import fake_quantize
+
+    module = _pretrain_module()
+    model = load_tiny(pretrained=False)
+    g = torch.Generator().manual_seed(0)
+    x, t = torch.randn(4, 3, 32, 32, generator=g), torch.rand(4, generator=g)
+    tokens, pooled = model.encode(["a red circle", "two blue squares", "", "a green triangle"])
+    clean = {k: v.clone() for k, v in model.state_dict().items()}
+    v = model.velocity(model.transformer, x, t, tokens, pooled)
+    gap = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, seed=0, step=0, kind="nvfp4")
+
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for w in module.block_linear_weights(rounded):
+            w.copy_(fake_quantize(w.detach(), "nvfp4", (16, 16)))
+    v_rounded = rounded.velocity(rounded.transformer, x, t, tokens, pooled)
+    assert gap.item() == pytest.approx(torch.nn.functional.mse_loss(v_rounded, v).item(), rel=1e-5)
+    assert gap.item() > 0
+    gaussian = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, seed=0, step=0)
+    assert gaussian.item() != pytest.approx(gap.item(), rel=1e-3)
+    # min_t: only samples with t >= min_t count (averaged over the whole batch), none above t = 1
+    late = t >= 0.5
+    assert 0 < late.sum() < len(t)
+    per_sample = (v_rounded - v).pow(2).flatten(1).mean(1)
+    masked = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", min_t=0.5)
+    assert masked.item() == pytest.approx((per_sample * late).mean().item(), rel=1e-5)
+    assert module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", min_t=1.1).item() == 0
+
+    gap.backward()
+    assert all(torch.equal(model.state_dict()[k], clean[k]) for k in clean)  # nothing rounded in place
+    grads = [w.grad for w in module.block_linear_weights(model)]
+    assert all(gr is not None and gr.abs().sum() > 0 for gr in grads)
+    assert model.transformer.proj_out.weight.grad.abs().sum() > 0  # the unquantized layers train too

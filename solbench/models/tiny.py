@@ -54,6 +54,7 @@ class TinyT2IConfig:
     text_heads: int = 4
     text_layers: int = 1
     max_length: int = 10  # words; longer prompts are truncated
+    shift: float = 1.0  # the sampling sigma-schedule shift this model is meant to be sampled with
     vocabulary: list[str] = field(default_factory=_grammar_vocabulary)
 
     @property
@@ -201,18 +202,23 @@ class TinyT2I(nn.Module):
         steps: int = 10,
         guidance: float | None = None,
         transformer: nn.Module | None = None,
+        shift: float | None = None,
     ) -> Tensor:
-        """Images [B, 3, R, R] in [0, 1] by Euler steps on a uniform 1 -> 0 time grid from `noise`.
+        """Images [B, 3, R, R] in [0, 1] by Euler steps on the 1 -> 0 time grid from `noise`.
 
         A reference sampler for evaluation and tests (the engine has the full set); `guidance` is
-        the classifier-free guidance scale w: v = v_uncond + w (v_cond - v_uncond).
+        the classifier-free guidance scale w: v = v_uncond + w (v_cond - v_uncond); `shift` the
+        sigma-schedule shift (None: the model's `config.shift`; 1: a uniform grid).
         """
         net = transformer if transformer is not None else self.transformer
         tokens, pooled = self.encode(prompts)
         if guidance is not None:
             u_tokens, u_pooled = self.encode([""] * len(prompts))
         x = noise.to(self.img_ids.device, torch.float32)
-        ts = torch.linspace(1.0, 0.0, steps + 1)
+        from solbench.models.base import shifted_sigmas
+
+        shift = self.config.shift if shift is None else shift
+        ts = torch.linspace(1.0, 0.0, steps + 1) if shift == 1.0 else shifted_sigmas(steps, shift)
         for t, t_next in zip(ts[:-1], ts[1:]):
             tb = torch.full((x.shape[0],), float(t), device=x.device)
             v = self.velocity(net, x, tb, tokens, pooled)
@@ -237,9 +243,23 @@ def save_tiny(model: TinyT2I, weights: Path, config: Path) -> None:
     config.write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
 
 
-def load_tiny(pretrained: bool = True, device: str | torch.device = "cpu") -> TinyT2I:
+def tiny_weights_folder_problem(folder: str | Path) -> str | None:
+    """Why `folder` cannot serve as tiny-model weights (None when it can): it must hold
+    tiny_t2i.safetensors and tiny_t2i.json, as `scripts/pretrain_tiny.py --out FOLDER` writes them."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    missing = [n for n in (f"{ASSET_NAME}.safetensors", f"{ASSET_NAME}.json") if not (folder / n).is_file()]
+    if missing:
+        return f"{folder} lacks {' and '.join(missing)} (written by `scripts/pretrain_tiny.py --out {folder}`)"
+    return None
+
+
+def load_tiny(pretrained: bool = True, device: str | torch.device = "cpu", folder: str | Path | None = None) -> TinyT2I:
     """The tiny model: shipped pretrained weights, or (pretrained=False) a seeded random init.
 
+    `folder`: load another variant's weights instead of the shipped ones (a folder holding
+    tiny_t2i.safetensors and tiny_t2i.json, as `scripts/pretrain_tiny.py --out` writes them).
     The random init uses its own RNG state (seed 0) and leaves the global one untouched, so fast
     tests get the same model every time.
     """
@@ -248,7 +268,14 @@ def load_tiny(pretrained: bool = True, device: str | torch.device = "cpu") -> Ti
             torch.manual_seed(0)
             model = TinyT2I()
         return model.to(device).eval()
-    weights, config = asset_path(f"{ASSET_NAME}.safetensors"), asset_path(f"{ASSET_NAME}.json")
+    if folder is not None:
+        problem = tiny_weights_folder_problem(folder)
+        if problem:
+            raise MissingWeightsError(f"tiny model weights: {problem}")
+        folder = Path(folder).expanduser()
+        weights, config = folder / f"{ASSET_NAME}.safetensors", folder / f"{ASSET_NAME}.json"
+    else:
+        weights, config = asset_path(f"{ASSET_NAME}.safetensors"), asset_path(f"{ASSET_NAME}.json")
     if not weights.is_file() or not config.is_file():
         raise MissingWeightsError(
             f"the tiny model's weights are missing ({weights} / {config.name}); they ship with the "

@@ -18,7 +18,7 @@ from solbench.models.base import Cond, ModelAdapter
 class TinyAdapter(ModelAdapter):
     name = "tiny"
     guidance_mode = "cfg"
-    default_shift = None  # the tiny model was pretrained on uniform t: a linear schedule
+    default_shift = None  # per instance: the weights' config.shift (None = 1, a uniform grid)
     default_guidance = None  # no CFG unless asked for
 
     def __init__(self, model, device: torch.device | str = "cpu", full_dtype: torch.dtype = torch.float32):
@@ -31,6 +31,8 @@ class TinyAdapter(ModelAdapter):
         if self.transformer.dtype != full_dtype:  # a no-op .to() still makes diffusers warn
             self.transformer.to(full_dtype)
         self.latent_shape = tuple(model.config.latent_shape)
+        # The sigma shift the weights were chosen with (tiny_t2i.json; v1: 1.0, a uniform grid).
+        self.default_shift = None if model.config.shift == 1.0 else float(model.config.shift)
         self._flops: float | None = None
 
     def _encode_batch(self, prompts: list[str]) -> Cond:
