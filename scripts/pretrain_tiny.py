@@ -136,7 +136,7 @@ class _WithWeights(torch.nn.Module):
 
 
 def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, sigma: float, seed: int, step: int,
-                             kind: str = "gaussian", min_t: float = 0.0):
+                             kind: str = "gaussian", min_t: float = 0.0, max_t: float = 1.0):
     """Mean squared change of the velocity when the weights the explore copy quantizes are perturbed.
 
     kind "nvfp4": each such weight NVFP4-rounded in 16x16 tiles, as the explore copy's are, added
@@ -145,7 +145,7 @@ def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, si
     (seed, step). Gradients flow through both the clean and the perturbed forward, so training makes
     the network's output agree with its perturbed self. Measured on the shipped v2: this does not
     pull the weights onto the FP4 grid (their rounding error stays 11% of the norm), so LoRA updates
-    still survive re-quantization. `min_t` > 0 counts only samples with t >= min_t (noisier ones).
+    still survive re-quantization. Only samples with min_t <= t <= max_t count (t = 1: pure noise).
     """
     gen = torch.Generator().manual_seed(int(np.random.default_rng([seed, step, 11]).integers(2**62)))
     overrides = {}
@@ -160,11 +160,11 @@ def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, si
                 noise = torch.randn(w.shape, generator=gen) * (sigma * w.detach().pow(2).mean().sqrt())
             overrides[f"{name}.weight"] = w + noise
     v_noisy = model.velocity(_WithWeights(model.transformer, overrides), x_t, t, tokens, pooled)
-    if min_t <= 0:
+    if min_t <= 0 and max_t >= 1:
         return torch.nn.functional.mse_loss(v_noisy, v_clean)
-    # Only the noisier samples (t >= min_t), where the layout a seed ends up with is decided.
+    # Only the samples with min_t <= t <= max_t count (averaged over the whole batch).
     per_sample = (v_noisy - v_clean).pow(2).flatten(1).mean(1)
-    return (per_sample * (t >= min_t).to(per_sample.dtype)).mean()
+    return (per_sample * ((t >= min_t) & (t <= max_t)).to(per_sample.dtype)).mean()
 
 
 def lr_factor(step: int, warmup: int, total: int, decay_fraction: float = 0.3, floor: float = 0.05) -> float:
@@ -277,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the weight perturbation of the consistency loss: Gaussian noise, or NVFP4 rounding (16x16)")
     p.add_argument("--consistency-min-t", type=float, default=0.0,
                    help="apply the consistency loss only to samples with t >= this (1 = pure noise); 0 = all")
+    p.add_argument("--consistency-max-t", type=float, default=1.0,
+                   help="... and with t <= this; 1 = all")
     p.add_argument("--shift", type=float, default=None,
                    help="sampling sigma-schedule shift recorded with the weights (tiny_t2i.json) and used by the "
                         "evaluation (default: the --init-from model's, else 1.0, a uniform grid)")
@@ -327,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                 "weight_noise": args.weight_noise, "nvfp4_every": args.nvfp4_every,
                 "noise_consistency": args.noise_consistency, "consistency_sigma": args.consistency_sigma,
                 "consistency_kind": args.consistency_kind, "consistency_min_t": args.consistency_min_t,
+                "consistency_max_t": args.consistency_max_t,
                 "init_from": init_meta, "threads": args.threads,
                 "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None,  # with the consistency term
                 "recent_consistency": float(np.mean(consistencies[-args.log_every:])) if consistencies else None}
@@ -352,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             loss = torch.nn.functional.mse_loss(v, noise - images)
             if args.noise_consistency > 0:
                 consistency = perturbation_consistency(model, x_t, t, tokens, pooled, v, args.consistency_sigma,
-                                                       args.seed, step, args.consistency_kind, args.consistency_min_t)
+                                                       args.seed, step, args.consistency_kind, args.consistency_min_t,
+                                                       args.consistency_max_t)
                 consistencies.append(consistency.item())
                 loss = loss + args.noise_consistency * consistency
             if not torch.isfinite(loss):

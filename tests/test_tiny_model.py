@@ -287,6 +287,8 @@ def test_nvfp4_consistency_is_the_velocity_gap_to_the_rounded_copy_and_trains_th
     masked = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", min_t=0.5)
     assert masked.item() == pytest.approx((per_sample * late).mean().item(), rel=1e-5)
     assert module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", min_t=1.1).item() == 0
+    early = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", max_t=0.5)
+    assert early.item() == pytest.approx((per_sample * ~late).mean().item(), rel=1e-5)
 
     gap.backward()
     assert all(torch.equal(model.state_dict()[k], clean[k]) for k in clean)  # nothing rounded in place
