@@ -70,17 +70,20 @@ def load_weights(folder: Path) -> TinyT2I:
     return model
 
 
-def block_linear_weights(model: TinyT2I) -> list[torch.Tensor]:
-    """The weights an NVFP4 recipe quantizes: Linear layers inside the transformer blocks, except proj_out.
+def block_linear_layers(model: TinyT2I) -> list[tuple[str, torch.nn.Linear]]:
+    """(name in model.transformer, layer) of the Linear layers an NVFP4 recipe quantizes: those inside
+    the transformer blocks, except proj_out.
 
-    These are the weights weight-noise training perturbs. Embedders, norm_out and the output
-    projections stay clean, as they stay in full precision in the nvfp4_tiny recipe.
+    These are the weights weight-noise and consistency training perturb. Embedders, norm_out and the
+    output projections stay clean, as they stay in full precision in the nvfp4_tiny recipe.
     """
-    out = []
-    for name, module in model.transformer.named_modules():
-        if isinstance(module, torch.nn.Linear) and "transformer_blocks." in name and not name.endswith("proj_out"):
-            out.append(module.weight)
-    return out
+    return [(name, module) for name, module in model.transformer.named_modules()
+            if isinstance(module, torch.nn.Linear) and "transformer_blocks." in name and not name.endswith("proj_out")]
+
+
+def block_linear_weights(model: TinyT2I) -> list[torch.Tensor]:
+    """The weights of `block_linear_layers`."""
+    return [module.weight for _, module in block_linear_layers(model)]
 
 
 class perturbed_weights:
@@ -147,18 +150,17 @@ def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, si
     pull the weights onto the FP4 grid (their rounding error stays 11% of the norm), so LoRA updates
     still survive re-quantization. Only samples with min_t <= t <= max_t count (t = 1: pure noise).
     """
+    from solbench.quant import fake_quantize
+
     gen = torch.Generator().manual_seed(int(np.random.default_rng([seed, step, 11]).integers(2**62)))
     overrides = {}
-    for name, module in model.transformer.named_modules():
-        if isinstance(module, torch.nn.Linear) and "transformer_blocks." in name and not name.endswith("proj_out"):
-            w = module.weight
-            if kind == "nvfp4":  # the explore copy's own rounding, straight-through
-                from solbench.quant import fake_quantize
-
-                noise = fake_quantize(w.detach(), "nvfp4", (16, 16)) - w.detach()
-            else:
-                noise = torch.randn(w.shape, generator=gen) * (sigma * w.detach().pow(2).mean().sqrt())
-            overrides[f"{name}.weight"] = w + noise
+    for name, module in block_linear_layers(model):
+        w = module.weight
+        if kind == "nvfp4":  # the explore copy's own rounding, straight-through
+            noise = fake_quantize(w.detach(), "nvfp4", (16, 16)) - w.detach()
+        else:
+            noise = torch.randn(w.shape, generator=gen) * (sigma * w.detach().pow(2).mean().sqrt())
+        overrides[f"{name}.weight"] = w + noise
     v_noisy = model.velocity(_WithWeights(model.transformer, overrides), x_t, t, tokens, pooled)
     if min_t <= 0 and max_t >= 1:
         return torch.nn.functional.mse_loss(v_noisy, v_clean)

@@ -253,6 +253,8 @@ def test_a_weights_folder_serves_as_the_tiny_model_with_its_own_sigma_shift(tmp_
     (folder / "tiny_t2i.json").unlink()
     assert cli(["expand", str(spec)]) == 2
     assert "lacks tiny_t2i.json" in capsys.readouterr().err
+    with pytest.raises(MissingWeightsError, match="lacks tiny_t2i.json"):  # commands that skip expand
+        build_model(ModelConfig(name="tiny", path=str(folder)), device="cpu")
 
 
 def test_nvfp4_consistency_is_the_velocity_gap_to_the_rounded_copy_and_trains_the_clean_weights():

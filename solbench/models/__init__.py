@@ -88,13 +88,7 @@ def _build_tiny(cfg: ModelConfig, device, dtype) -> ModelAdapter:
     from solbench.models.tiny import load_tiny
     from solbench.models.tiny_adapter import TinyAdapter
 
-    folder = None if cfg.path in (None, "pretrained", "random") else cfg.path
-    if folder is not None:
-        from solbench.models.tiny import tiny_weights_folder_problem
-
-        problem = tiny_weights_folder_problem(folder)
-        if problem:
-            raise ConfigError(f"model.path for tiny must be unset, 'pretrained', 'random' or a weights folder: {problem}")
+    folder = None if cfg.path in (None, "pretrained", "random") else cfg.path  # load_tiny checks the folder
     return TinyAdapter(load_tiny(pretrained=cfg.path != "random", device=device, folder=folder), device=device,
                        full_dtype=dtype)
 

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from solbench.errors import MissingWeightsError
+from solbench.models.base import shifted_sigmas
 
 ASSET_NAME = "tiny_t2i"
 
@@ -215,8 +216,6 @@ class TinyT2I(nn.Module):
         if guidance is not None:
             u_tokens, u_pooled = self.encode([""] * len(prompts))
         x = noise.to(self.img_ids.device, torch.float32)
-        from solbench.models.base import shifted_sigmas
-
         shift = self.config.shift if shift is None else shift
         ts = torch.linspace(1.0, 0.0, steps + 1) if shift == 1.0 else shifted_sigmas(steps, shift)
         for t, t_next in zip(ts[:-1], ts[1:]):
@@ -276,11 +275,11 @@ def load_tiny(pretrained: bool = True, device: str | torch.device = "cpu", folde
         weights, config = folder / f"{ASSET_NAME}.safetensors", folder / f"{ASSET_NAME}.json"
     else:
         weights, config = asset_path(f"{ASSET_NAME}.safetensors"), asset_path(f"{ASSET_NAME}.json")
-    if not weights.is_file() or not config.is_file():
-        raise MissingWeightsError(
-            f"the tiny model's weights are missing ({weights} / {config.name}); they ship with the "
-            f"package: reinstall solbench, or recreate them with `python scripts/pretrain_tiny.py`."
-        )
+        if not weights.is_file() or not config.is_file():
+            raise MissingWeightsError(
+                f"the tiny model's weights are missing ({weights} / {config.name}); they ship with the "
+                f"package: reinstall solbench, or recreate them with `python scripts/pretrain_tiny.py`."
+            )
     from safetensors.torch import load_file
 
     cfg = TinyT2IConfig.from_dict(json.loads(config.read_text()))
