@@ -10,18 +10,21 @@ of the weights (decay 0.999) is what ships. Recipe and sizes follow the feasibil
 (docs/embedded-world.md).
 
     python scripts/pretrain_tiny.py --measure 20          # throughput: seconds per step, then exit
-    nohup python scripts/pretrain_tiny.py > .pretrain.log 2>&1 &   # the shipped weights (4500 steps)
-    python scripts/pretrain_tiny.py --init-from solbench/assets --out build/tiny_v2a \
+    # the shipped weights (v2, about 90 min on 2 cores): stage 1, 4500 steps of flow matching (v1),
+    # then two stages of 1500 steps with the NVFP4 consistency loss, recorded with sampling shift 3
+    python scripts/pretrain_tiny.py --steps 4500 --out build/tiny_v1 --workdir build/pretrain_tiny_v1 && \
+    python scripts/pretrain_tiny.py --init-from build/tiny_v1 --out build/tiny_v2a \
       --workdir build/pretrain_tiny_v2a --steps 1500 --lr 3e-4 --warmup 50 --ema 0.995 \
-      --noise-consistency 20 --consistency-kind nvfp4            # the NVFP4-robust variant v2a
-    python scripts/pretrain_tiny.py --resume                         # continue from build/pretrain_tiny/
+      --noise-consistency 20 --consistency-kind nvfp4 && \
+    python scripts/pretrain_tiny.py --init-from build/tiny_v2a --steps 1500 --lr 3e-4 --warmup 50 \
+      --ema 0.995 --noise-consistency 20 --consistency-kind nvfp4 --threads 1 --shift 3
+    python scripts/pretrain_tiny.py --resume [same options]          # continue an interrupted stage
     python scripts/pretrain_tiny.py --eval                           # re-evaluate solbench/assets/
 
-A second stage from the shipped weights can add an NVFP4 consistency loss (--noise-consistency with
---consistency-kind nvfp4: the velocity of the network with its block weights NVFP4-rounded,
-straight-through, is pulled towards the full-precision velocity), so that the explore copy ranks
-seeds nearly as full precision does, as on the paper's large models; docs/embedded-world.md has what
-it gains and costs, and why it is not the shipped model yet.
+The later stages add an NVFP4 consistency loss (--noise-consistency with --consistency-kind nvfp4:
+the velocity of the network with its block weights NVFP4-rounded, straight-through, is pulled
+towards the full-precision velocity), so that the explore copy ranks seeds nearly as full
+precision does, as on the paper's large models; docs/embedded-world.md has what it gains and costs.
 
 Checkpoints (model, EMA, optimizer, step) go to build/pretrain_tiny/ every --checkpoint-every steps,
 and each checkpoint also exports the EMA weights to solbench/assets/, so a partial run is usable.
@@ -71,11 +74,13 @@ def load_weights(folder: Path) -> TinyT2I:
 
 
 def block_linear_layers(model: TinyT2I) -> list[tuple[str, torch.nn.Linear]]:
-    """(name in model.transformer, layer) of the Linear layers an NVFP4 recipe quantizes: those inside
-    the transformer blocks, except proj_out.
+    """(name in model.transformer, layer) of the Linear layers inside the transformer blocks, except proj_out.
 
-    These are the weights weight-noise and consistency training perturb. Embedders, norm_out and the
-    output projections stay clean, as they stay in full precision in the nvfp4_tiny recipe.
+    These are the weights weight-noise and consistency training perturb: every block layer an NVFP4
+    recipe of this model could quantize. The shipped stage 2 was trained with all of them rounded;
+    nvfp4_tiny now keeps the attention projections among them in fp32 as well (its size rule), so
+    the explore copy rounds a subset of what that stage made the model robust to. Embedders, norm_out
+    and the output projections stay clean, as they stay in full precision in every tiny recipe.
     """
     return [(name, module) for name, module in model.transformer.named_modules()
             if isinstance(module, torch.nn.Linear) and "transformer_blocks." in name and not name.endswith("proj_out")]

@@ -41,6 +41,11 @@ ISOLATED_LAYER_BOUND = 2.5 * GEMM_REL_MSE
 # attention and MLP, the output projection), whose errors add: 6 x 1.9e-2 ~ 0.11; allow 2x.
 END_TO_END_BOUND = 2 * 6 * GEMM_REL_MSE
 
+# The tiny recipe without its size rule: on these 32-wide test models nvfp4_tiny's min_dim (128, the
+# shipped model's width) would keep almost every layer in full precision, and the copy and sync tests
+# below need the attention projections (the LoRA targets) quantized.
+BLOCKS = get_recipe("nvfp4_tiny").replace(name="nvfp4_tiny_blocks", min_dim=0)
+
 
 def tiny_flux(seed: int = 0) -> FluxTransformer2DModel:
     torch.manual_seed(seed)
@@ -113,14 +118,14 @@ def test_precision_ordering_matches_the_measured_formats(model, inputs):
 
 
 def test_flux_recipe_skips_everything_on_a_tiny_model(model, inputs):
-    copy_ = quantized_copy(model, "nvfp4_flux")  # min_features 1000 > every layer here
+    copy_ = quantized_copy(model, "nvfp4_flux")  # every layer here has in and out features <= min_dim 1000
     assert not any(isinstance(m, QuantLinear) for m in copy_.modules())
     assert torch.equal(run(copy_, inputs), run(model, inputs))
 
 
 def test_bf16_model_copy_runs_in_bf16(inputs):
     model_bf16 = tiny_flux().to(torch.bfloat16)
-    copy_ = quantized_copy(model_bf16, "nvfp4_tiny")
+    copy_ = quantized_copy(model_bf16, BLOCKS)
     bf16_inputs = {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() else v for k, v in inputs.items()}
     out = run(copy_, bf16_inputs)
     assert out.dtype == torch.bfloat16
@@ -136,7 +141,7 @@ def test_shared_input_quantization_is_bit_identical(model, inputs):
 
 def test_copy_is_independent_frozen_and_in_eval_mode(inputs):
     model = tiny_flux()
-    copy_ = quantized_copy(model, "nvfp4_tiny")
+    copy_ = quantized_copy(model, BLOCKS)
     before = run(copy_, inputs)
     assert not copy_.training
     assert not any(p.requires_grad for p in copy_.parameters())
@@ -162,7 +167,7 @@ def _optimizer_step(policy, inputs, lr=1e-2):
     policy.eval()
 
 
-@pytest.mark.parametrize("recipe", ["nvfp4_tiny", "fp8_w8a8", "mxfp4_w4a4"])
+@pytest.mark.parametrize("recipe", [BLOCKS, "fp8_w8a8", "mxfp4_w4a4"])
 def test_sync_after_an_optimizer_step_equals_a_fresh_copy(recipe, inputs):
     policy = tiny_flux()
     copy_ = quantized_copy(policy, recipe)
@@ -181,13 +186,13 @@ def test_lora_policy_sync_equals_copy_of_the_merged_model(inputs):
         target_modules=["to_q", "to_k", "to_v", "to_out.0", "proj_mlp", "x_embedder"],
     )
     policy = get_peft_model(base, config)
-    copy_ = quantized_copy(policy, "nvfp4_tiny")
+    copy_ = quantized_copy(policy, BLOCKS)
     # the copy carries plain names and no adapter modules
     names = {n for n, _ in copy_.named_modules()}
     assert "transformer_blocks.0.attn.to_q" in names and not any("lora" in n or "base_layer" in n for n in names)
     assert isinstance(copy_.get_submodule("transformer_blocks.0.attn.to_q"), QuantLinear)
     merged = copy.deepcopy(policy).merge_and_unload()
-    assert torch.equal(run(copy_, inputs), run(quantized_copy(merged, "nvfp4_tiny"), inputs))
+    assert torch.equal(run(copy_, inputs), run(quantized_copy(merged, BLOCKS), inputs))
 
     _optimizer_step(policy, inputs)
     snapshot = {n: p.detach().clone() for n, p in policy.named_parameters()}
@@ -195,7 +200,7 @@ def test_lora_policy_sync_equals_copy_of_the_merged_model(inputs):
     sync_weights(copy_, policy)
     merged = copy.deepcopy(policy).merge_and_unload()
     after = run(copy_, inputs)
-    assert torch.equal(after, run(quantized_copy(merged, "nvfp4_tiny"), inputs))
+    assert torch.equal(after, run(quantized_copy(merged, BLOCKS), inputs))
     assert not torch.equal(after, before)
     # the policy was not merged or modified
     layer = policy.base_model.model.transformer_blocks[0].attn.to_q
@@ -209,8 +214,8 @@ def test_lora_copy_shares_only_the_frozen_full_precision_parameters(inputs):
     own. It computes exactly what an unshared copy computes, before and after a sync."""
     policy = get_peft_model(tiny_flux(), LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
                                                     target_modules=["to_q", "to_k", "to_v", "to_out.0"]))
-    shared_copy = quantized_copy(policy, "nvfp4_tiny")
-    plain_copy = quantized_copy(policy, "nvfp4_tiny", share_frozen=False)
+    shared_copy = quantized_copy(policy, BLOCKS)
+    plain_copy = quantized_copy(policy, BLOCKS, share_frozen=False)
     policy_params = {id(p) for p in policy.parameters()}
     shared = {n for n, p in shared_copy.named_parameters() if id(p) in policy_params}
     assert not any(id(p) in policy_params for p in plain_copy.parameters())
@@ -228,7 +233,7 @@ def test_lora_copy_shares_only_the_frozen_full_precision_parameters(inputs):
 
 
 def test_sync_rejects_a_different_architecture(model):
-    copy_ = quantized_copy(model, "nvfp4_tiny")
+    copy_ = quantized_copy(model, BLOCKS)
     other = FluxTransformer2DModel(
         patch_size=1, in_channels=4, num_layers=2, num_single_layers=1, attention_head_dim=16,
         num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[4, 4, 8],
@@ -240,7 +245,7 @@ def test_sync_rejects_a_different_architecture(model):
     with pytest.raises(ValueError, match="'x_embedder.weight' has shape"):
         sync_weights(copy_, wider)
     with pytest.raises(ValueError, match="has no parameter or buffer"):
-        sync_weights(quantized_copy(other, "nvfp4_tiny"), model)
+        sync_weights(quantized_copy(other, BLOCKS), model)
     sync_weights(copy_, other)  # a superset of the copy's tensors is fine
     with pytest.raises(TypeError, match="not a quantized copy"):
         sync_weights(model, model)
@@ -255,9 +260,9 @@ def test_named_recipes():
     assert {"nvfp4_flux", "nvfp4_sana", "nvfp4_w4a4", "nvfp4_w4a16", "mxfp4_w4a4", "fp8_w8a8", "nvfp4_tiny"} <= set(RECIPES)
     flux = get_recipe("nvfp4_flux")
     assert flux.format == "nvfp4" and flux.weight_block == (16, 16) and flux.activations
-    assert flux.min_features == 1000
+    assert flux.min_dim == 1000
     assert set(flux.skip) == {"x_embedder", "context_embedder", "time_text_embed", "norm_out"}
-    assert get_recipe("nvfp4_sana").min_features == 2240
+    assert get_recipe("nvfp4_sana").min_dim == 2240
     assert get_recipe("nvfp4_w4a16").activations is False
     assert get_recipe("mxfp4_w4a4").weight_block == (1, 32)
     assert get_recipe("fp8_w8a8").weight_block is None
@@ -273,21 +278,56 @@ def test_recipe_validation_errors_are_clear():
         QuantRecipe(format="nvfp4", weight_block=(1, 32))
     with pytest.raises(ValueError, match="backend must be one of"):
         QuantRecipe(backend="tensorrt")
-    with pytest.raises(ValueError, match="min_features"):
-        QuantRecipe(min_features=-1)
+    with pytest.raises(ValueError, match="min_dim"):
+        QuantRecipe(min_dim=-1)
     with pytest.raises(ValueError, match="bad regular expression"):
         QuantRecipe(skip=["re:("])
+    with pytest.raises(ValueError, match="min_dim_exempt: bad regular expression"):
+        QuantRecipe(min_dim_exempt=["re:("])
 
 
 def test_skip_patterns_match_names_and_ancestors():
-    recipe = QuantRecipe(skip=("time_text_embed", "*.proj_out", "re:.*attn\\.to_[qk]"), min_features=8)
+    recipe = QuantRecipe(skip=("time_text_embed", "*.proj_out", "re:.*attn\\.to_[qk]"), min_dim=8)
     layer = nn.Linear(16, 16)
     assert recipe.skip_reason("time_text_embed.timestep_embedder.linear_1", layer) == "matches skip pattern 'time_text_embed'"
     assert recipe.skip_reason("single_transformer_blocks.3.proj_out", layer) is not None
     assert recipe.skip_reason("proj_out", layer) is None  # "*.proj_out" needs a parent
     assert recipe.skip_reason("transformer_blocks.0.attn.to_q", layer) is not None
     assert recipe.skip_reason("transformer_blocks.0.attn.to_v", layer) is None
-    assert recipe.skip_reason("x", nn.Linear(4, 32)) == "in_features 4 < min_features 8"
+    assert recipe.skip_reason("x", nn.Linear(4, 8)) == "in_features 4 and out_features 8 <= min_dim 8"
+    # the reference's rule is max(in, out) <= min_dim: one small side alone does not keep a layer out
+    assert recipe.skip_reason("x", nn.Linear(4, 32)) is None
+
+
+@pytest.mark.parametrize("recipe_name, name, shape, quantized", [
+    # SANA 1.6B (width 2240) under configs/sol_rl/sana.py: square layers stay in BF16 by size,
+    # the fused cross-attention kv_linear (2240 -> 4480) is quantized, and so are its diffusers halves
+    ("nvfp4_sana", "transformer_blocks.3.attn1.to_q", (2240, 2240), False),  # attn.qkv, by name
+    ("nvfp4_sana", "transformer_blocks.3.attn1.to_out.0", (2240, 2240), False),  # attn.proj, by size
+    ("nvfp4_sana", "transformer_blocks.3.attn2.to_q", (2240, 2240), False),  # cross_attn.q_linear
+    ("nvfp4_sana", "transformer_blocks.3.attn2.to_out.0", (2240, 2240), False),  # cross_attn.proj
+    ("nvfp4_sana", "transformer_blocks.3.attn2.to_k", (2240, 2240), True),  # half of cross_attn.kv_linear
+    ("nvfp4_sana", "transformer_blocks.3.attn2.to_v", (2240, 2240), True),
+    ("nvfp4_sana", "time_embed.linear", (2240, 13440), False),  # t_block, by name
+    ("nvfp4_sana", "caption_projection.linear_1", (2304, 2240), False),  # y_embedder
+    ("nvfp4_sana", "proj_out", (2240, 32), False),  # final_layer
+    # FLUX.1-dev (width 3072), min_dim 1000: every block layer is quantized
+    ("nvfp4_flux", "transformer_blocks.0.attn.to_q", (3072, 3072), True),
+    ("nvfp4_flux", "transformer_blocks.0.norm1.linear", (3072, 18432), True),
+    ("nvfp4_flux", "single_transformer_blocks.5.proj_out", (15360, 3072), True),
+    ("nvfp4_flux", "time_text_embed.timestep_embedder.linear_1", (256, 3072), False),
+    ("nvfp4_flux", "some.small_layer", (1000, 640), False),  # both sides <= 1000
+    ("nvfp4_flux", "some.tall_layer", (640, 1024), True),  # one side above 1000
+])
+def test_paper_recipes_follow_the_reference_size_rule_at_real_shapes(recipe_name, name, shape, quantized):
+    """Sana's replace_linear_with_te keeps a Linear in BF16 when max(in, out) <= min_dim.
+
+    Catches the rule read as min(in, out) < min_dim (which quantized SANA's square attention
+    projections and kept its 256 -> 2240 timestep layer out by size), and a lost name mapping.
+    """
+    layer = nn.Linear(*shape, device="meta")
+    reason = get_recipe(recipe_name).skip_reason(name, layer)
+    assert (reason is None) == quantized, reason
 
 
 def test_sana_recipe_skips_self_attention_qkv_by_diffusers_names():
@@ -297,7 +337,7 @@ def test_sana_recipe_skips_self_attention_qkv_by_diffusers_names():
         num_cross_attention_heads=2, cross_attention_head_dim=4, cross_attention_dim=8, caption_channels=8,
         sample_size=32,
     )
-    recipe = get_recipe("nvfp4_sana").replace(min_features=0)
+    recipe = get_recipe("nvfp4_sana").replace(min_dim=0)
     rows = {row.name: row for row in quantization_summary(quantized_copy(sana, recipe))}
     for proj in ("to_q", "to_k", "to_v"):
         assert not rows[f"transformer_blocks.0.attn1.{proj}"].quantized
@@ -305,26 +345,41 @@ def test_sana_recipe_skips_self_attention_qkv_by_diffusers_names():
     assert rows["transformer_blocks.0.attn1.to_out.0"].quantized
 
 
-def test_quantization_summary_of_the_tiny_recipe(model):
-    copy_ = quantized_copy(model, "nvfp4_tiny")
+def test_quantization_summary_of_the_tiny_recipe_on_the_shipped_model():
+    """nvfp4_tiny on the shipped tiny model: which layers the explore copy quantizes, and why not the others.
+
+    Catches a recipe change that moves layers in or out of NVFP4 (the fidelity numbers in
+    docs/embedded-world.md are measured with exactly this selection) and a size rule read as
+    min(in, out) (which would keep nothing out by size on a 128-wide model).
+    """
+    from solbench.models.tiny import load_tiny
+
+    copy_ = quantized_copy(load_tiny().transformer, "nvfp4_tiny")
     rows = {row.name: row for row in quantization_summary(copy_)}
-    assert len(rows) == 28
+    assert len(rows) == 48
     for skipped in ("x_embedder", "context_embedder", "norm_out.linear", "proj_out",
                     "single_transformer_blocks.0.proj_out", "time_text_embed.text_embedder.linear_1"):
-        assert not rows[skipped].quantized, skipped
-    assert rows["x_embedder"].reason == "matches skip pattern 'x_embedder'"
-    row = rows["transformer_blocks.0.attn.to_q"]
-    assert row.quantized and (row.in_features, row.out_features) == (32, 32) and "nvfp4 W4A4" in row.reason
+        assert rows[skipped].reason.startswith("matches skip pattern"), skipped
+    for by_size in ("transformer_blocks.0.attn.to_q", "transformer_blocks.1.attn.to_add_out",
+                    "transformer_blocks.0.attn.add_v_proj", "single_transformer_blocks.1.attn.to_k"):
+        assert rows[by_size].reason == "in_features 128 and out_features 128 <= min_dim 128", by_size
+    quantized = sorted(name for name, row in rows.items() if row.quantized)
+    assert quantized == sorted(
+        [f"transformer_blocks.{b}.{layer}" for b in (0, 1) for layer in (
+            "norm1.linear", "norm1_context.linear", "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj",
+            "ff_context.net.2")]
+        + [f"single_transformer_blocks.{b}.{layer}" for b in (0, 1) for layer in ("norm.linear", "proj_mlp")])
+    assert "nvfp4 W4A4" in rows["transformer_blocks.0.ff.net.2"].reason
     buffer = io.StringIO()
     quantization_summary(copy_, print_table=True, file=buffer)
     table = buffer.getvalue()
-    assert "recipe nvfp4_tiny" in table and "19 of 28 Linear layers quantized" in table
+    assert "recipe nvfp4_tiny" in table and "16 of 48 Linear layers quantized" in table
 
 
 def test_te_backend_explains_what_it_needs():
     if torch.cuda.is_available():
         pytest.skip("this checks the error path on machines without a Blackwell GPU")
-    recipe = get_recipe("nvfp4_flux").replace(backend="te", min_features=0)
+    recipe = get_recipe("nvfp4_flux").replace(backend="te", min_dim=0)
     with pytest.raises(BackendUnavailableError) as info:
         quantized_copy(tiny_flux(), recipe)
     message = str(info.value)
@@ -340,12 +395,12 @@ def test_nonfinite_weights_and_activations_name_the_layer(inputs):
         model.transformer_blocks[0].attn.to_k.weight[0, 0] = float("nan")
     with pytest.raises(NonFiniteError, match="transformer_blocks.0.attn.to_k"):
         quantized_copy(model, "nvfp4_w4a4")
-    copy_ = quantized_copy(tiny_flux(), "nvfp4_tiny")
+    copy_ = quantized_copy(tiny_flux(), BLOCKS)
     bad = dict(inputs, encoder_hidden_states=inputs["encoder_hidden_states"].clone())
     bad["encoder_hidden_states"][0, 0, 0] = float("inf")
     with pytest.raises(NonFiniteError, match="input activations"):
         run(copy_, bad)
-    lenient = quantized_copy(tiny_flux(), get_recipe("nvfp4_tiny").replace(nonfinite="propagate"))
+    lenient = quantized_copy(tiny_flux(), BLOCKS.replace(nonfinite="propagate"))
     assert torch.isnan(run(lenient, bad)).any()
 
 
@@ -369,7 +424,7 @@ def test_error_stats_values():
 
 def test_layer_error_report_on_a_lora_policy_and_selected_layers(inputs):
     policy = get_peft_model(tiny_flux(), LoraConfig(r=2, target_modules=["to_q"], init_lora_weights=False))
-    copy_ = quantized_copy(policy, "nvfp4_tiny")
+    copy_ = quantized_copy(policy, BLOCKS)
     report = layer_error_report(policy, copy_, inputs, layers=["transformer_blocks.0.attn.to_q"])
     assert [row.name for row in report] == ["transformer_blocks.0.attn.to_q", "<output>"]
     assert report[0].isolated["rel_mse"] < ISOLATED_LAYER_BOUND

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from solbench.cli import main as cli
-from solbench.config import RunConfig
+from solbench.config import QuantConfig, RunConfig
 from solbench.errors import NonFiniteLossError
 from solbench.launch import RunTask, execute_run, prepare_run, run_lock
 from solbench.results import RunStore
@@ -328,7 +328,9 @@ def test_a_nan_reward_stops_the_run_naming_step_run_and_candidate(tmp_path):
 
 def test_a_nan_on_the_fp4_path_names_step_and_run(tmp_path):
     # Bug: the quantizer's error during the explore-copy sync named neither the step nor the run.
-    cfg = small_config("sol_rl")
+    # Every Linear quantized: nvfp4_tiny keeps the attention projections, where LoRA trains, in fp32,
+    # so a NaN there would never reach the quantizer.
+    cfg = small_config("sol_rl", quant=QuantConfig(recipe="nvfp4_w4a4", backend="emulated"))
     store = RunStore(tmp_path, cfg.run_id)
     trainer = Trainer(cfg, store)
     after_update = trainer.method.after_update

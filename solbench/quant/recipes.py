@@ -2,7 +2,7 @@
 
 A `QuantRecipe` names the number format, the weight block shape, whether activations are
 quantized too (W4A4, the Sol-RL setting) or only weights, which layers stay in full precision
-(name patterns and a minimum feature size) and the backend that runs the quantized layers.
+(name patterns and a size threshold) and the backend that runs the quantized layers.
 `RECIPES` holds the named recipes; `get_recipe` looks one up (with a "did you mean" on typos).
 """
 
@@ -53,7 +53,14 @@ class QuantRecipe:
             (fnmatch, case-sensitive) matched against the layer's qualified name and against
             each of its ancestors' names, so "time_text_embed" skips every Linear inside that
             module; prefix "re:" for a regular expression (re.fullmatch on the same names).
-        min_features: a layer is quantized only if in_features and out_features are both >= this.
+        min_dim: a Linear whose in_features and out_features are both <= min_dim stays in full
+            precision (0: no size rule). This is the reference's rule, `max(in, out) <= min_dim`
+            in Sana's train_scripts/train_utils.py::replace_linear_with_te, which Sol-RL's FLUX.1,
+            SD3 and SANA scripts all call.
+        min_dim_exempt: patterns (as in `skip`) of layers the size rule does not apply to: layers
+            that the reference model fuses into one Linear above min_dim and diffusers splits
+            into smaller ones (SANA's cross-attention kv_linear, 2240 -> 4480, is diffusers'
+            attn2.to_k and attn2.to_v, 2240 -> 2240 each).
         backend: "emulated" (fake quantization in plain torch, runs anywhere) or "te"
             (TransformerEngine te.Linear on Blackwell (NVFP4) / Hopper+ (FP8) GPUs).
         nonfinite: what the quantizer does with NaN/inf in weights or activations: "error"
@@ -66,11 +73,13 @@ class QuantRecipe:
     weight_block: Union[Tuple[int, int], str, None] = None
     activations: bool = True
     skip: Tuple[str, ...] = ()
-    min_features: int = 0
+    min_dim: int = 0
+    min_dim_exempt: Tuple[str, ...] = ()
     backend: str = "emulated"
     nonfinite: str = "error"
     description: str = ""
     _compiled_skip: Tuple = field(default=(), init=False, repr=False, compare=False)
+    _compiled_exempt: Tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"QuantRecipe {self.name!r}"
@@ -95,24 +104,16 @@ class QuantRecipe:
             raise ValueError(f"{where}: backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.nonfinite not in ("error", "propagate"):
             raise ValueError(f"{where}: nonfinite must be 'error' or 'propagate', got {self.nonfinite!r}")
-        if not isinstance(self.min_features, int) or isinstance(self.min_features, bool) or self.min_features < 0:
-            raise ValueError(f"{where}: min_features must be a non-negative int, got {self.min_features!r}")
+        if not isinstance(self.min_dim, int) or isinstance(self.min_dim, bool) or self.min_dim < 0:
+            raise ValueError(f"{where}: min_dim must be a non-negative int, got {self.min_dim!r}")
         if not isinstance(self.activations, bool):
             raise TypeError(f"{where}: activations must be a bool, got {self.activations!r}")
         skip = (self.skip,) if isinstance(self.skip, str) else tuple(self.skip)
-        compiled = []
-        for pattern in skip:
-            if not isinstance(pattern, str) or not pattern:
-                raise ValueError(f"{where}: skip patterns must be non-empty strings, got {pattern!r}")
-            if pattern.startswith("re:"):
-                try:
-                    compiled.append((pattern, re.compile(pattern[3:])))
-                except re.error as exc:
-                    raise ValueError(f"{where}: bad regular expression in skip pattern {pattern!r}: {exc}") from None
-            else:
-                compiled.append((pattern, None))
+        exempt = (self.min_dim_exempt,) if isinstance(self.min_dim_exempt, str) else tuple(self.min_dim_exempt)
         object.__setattr__(self, "skip", skip)
-        object.__setattr__(self, "_compiled_skip", tuple(compiled))
+        object.__setattr__(self, "min_dim_exempt", exempt)
+        object.__setattr__(self, "_compiled_skip", _compile_patterns(skip, f"{where}: skip"))
+        object.__setattr__(self, "_compiled_exempt", _compile_patterns(exempt, f"{where}: min_dim_exempt"))
 
     @property
     def activation_block(self):
@@ -134,34 +135,60 @@ class QuantRecipe:
 
     def matching_skip_pattern(self, name: str) -> Optional[str]:
         """The first skip pattern matching `name` or one of its ancestors, else None."""
-        parts = name.split(".")
-        candidates = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
-        for pattern, regex in self._compiled_skip:
-            for candidate in candidates:
-                if regex is not None:
-                    if regex.fullmatch(candidate):
-                        return pattern
-                elif fnmatch.fnmatchcase(candidate, pattern):
-                    return pattern
-        return None
+        return _first_match(self._compiled_skip, name)
 
     def skip_reason(self, name: str, layer: nn.Module) -> Optional[str]:
-        """Why the Linear `layer` called `name` stays in full precision, or None to quantize it."""
+        """Why the Linear `name` stays in full precision under this recipe, or None if it is quantized."""
         pattern = self.matching_skip_pattern(name)
         if pattern is not None:
             return f"matches skip pattern {pattern!r}"
-        smaller = min(layer.in_features, layer.out_features)
-        if smaller < self.min_features:
-            return (
-                f"{'in' if layer.in_features <= layer.out_features else 'out'}_features "
-                f"{smaller} < min_features {self.min_features}"
-            )
+        larger = max(layer.in_features, layer.out_features)
+        if self.min_dim > 0 and larger <= self.min_dim and _first_match(self._compiled_exempt, name) is None:
+            return f"in_features {layer.in_features} and out_features {layer.out_features} <= min_dim {self.min_dim}"
         return None
 
 
-# Sol-RL's FLUX recipe: the public code swaps nn.Linear for te.Linear except the embedders and
-# the final norm, and layers under 1000 features.
+def _compile_patterns(patterns: Tuple[str, ...], where: str) -> Tuple:
+    """(pattern, compiled regex or None for a shell glob) per pattern, checked."""
+    compiled = []
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not pattern:
+            raise ValueError(f"{where} patterns must be non-empty strings, got {pattern!r}")
+        if pattern.startswith("re:"):
+            try:
+                compiled.append((pattern, re.compile(pattern[3:])))
+            except re.error as exc:
+                raise ValueError(f"{where}: bad regular expression in pattern {pattern!r}: {exc}") from None
+        else:
+            compiled.append((pattern, None))
+    return tuple(compiled)
+
+
+def _first_match(compiled: Tuple, name: str) -> Optional[str]:
+    """The first pattern matching `name` or one of its ancestors' names, else None."""
+    parts = name.split(".")
+    candidates = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+    for pattern, regex in compiled:
+        for candidate in candidates:
+            if regex.fullmatch(candidate) if regex is not None else fnmatch.fnmatchcase(candidate, pattern):
+                return pattern
+    return None
+
+
+# Sol-RL's recipes, as its scripts (Sana's train_scripts/sol_rl) build the NVFP4 explore copy:
+# replace_linear_with_te keeps a Linear in BF16 when a skip name is a substring of its qualified
+# name or when max(in_features, out_features) <= min_dim.
+# FLUX.1 (train_flux1.py defaults): the embedders and the final norm by name, min_dim 1000.
 _FLUX_SKIP = ("x_embedder", "context_embedder", "time_text_embed", "norm_out")
+# SANA (configs/sol_rl/sana.py, native Sana module names) -> diffusers' SanaTransformer2DModel:
+# t_embedder, t_block -> time_embed; y_embedder -> caption_projection; x_embedder -> patch_embed;
+# final_layer -> norm_out, proj_out; the fused self-attention attn.qkv -> attn1.to_q/k/v
+# (cfg_embedder and logvar_linear have no diffusers counterpart in SANA 1.6B). min_dim 2240, the
+# model width, so every square 2240 x 2240 layer (attn.proj, cross_attn.q_linear, cross_attn.proj)
+# stays in BF16 too; the fused cross_attn.kv_linear (2240 -> 4480) is quantized, and so are its
+# diffusers halves attn2.to_k / to_v.
+_SANA_SKIP = ("time_embed", "caption_projection", "patch_embed", "norm_out", "proj_out",
+              "*.attn1.to_q", "*.attn1.to_k", "*.attn1.to_v")
 
 RECIPES: Dict[str, QuantRecipe] = {
     recipe.name: recipe
@@ -170,17 +197,18 @@ RECIPES: Dict[str, QuantRecipe] = {
             name="nvfp4_flux",
             format="nvfp4",
             skip=_FLUX_SKIP,
-            min_features=1000,
-            description="Sol-RL FLUX.1 recipe: NVFP4 W4A4, embedders and norm_out in BF16, layers < 1000 features skipped",
+            min_dim=1000,
+            description="Sol-RL FLUX.1 recipe: NVFP4 W4A4, embedders and norm_out in BF16, "
+                        "layers with in and out features <= 1000 in BF16",
         ),
         QuantRecipe(
             name="nvfp4_sana",
             format="nvfp4",
-            # Sana's own code skips the fused self-attention `attn.qkv`; diffusers'
-            # SanaTransformer2DModel splits it into attn1.to_q / to_k / to_v.
-            skip=("*.attn1.to_q", "*.attn1.to_k", "*.attn1.to_v"),
-            min_features=2240,
-            description="Sol-RL SANA recipe: NVFP4 W4A4, self-attention q/k/v in BF16, layers < 2240 features skipped",
+            skip=_SANA_SKIP,
+            min_dim=2240,
+            min_dim_exempt=("*.attn2.to_k", "*.attn2.to_v"),
+            description="Sol-RL SANA recipe: NVFP4 W4A4, embedders, final layer and self-attention q/k/v in "
+                        "BF16, layers with in and out features <= 2240 in BF16 (cross-attention k/v quantized)",
         ),
         QuantRecipe(
             name="nvfp4_w4a4",
@@ -206,12 +234,20 @@ RECIPES: Dict[str, QuantRecipe] = {
         QuantRecipe(
             name="nvfp4_tiny",
             format="nvfp4",
-            # The embedded feasibility run: quantizing x_embedder (raw pixel patches) destroys the
-            # FP4-vs-fp32 ranking fidelity; the proj_out layers (final and per single block) also
-            # stay in full precision.
+            # The paper's rule scaled to the embedded tiny FLUX model (width 128): FLUX's name skips,
+            # and SANA's size threshold, which is that model's width (min_dim 2240 on a 2240-wide
+            # model), at this model's width: every Linear with in and out features <= 128 (the
+            # attention projections, q/k/v/out of both streams) stays in fp32. FLUX's own threshold
+            # (1000 on a 3072-wide model) scales to 42 and would keep none. Measured
+            # (docs/embedded-world.md, 33 held-out prompts x 16 seeds, shapes_geneval): the size rule
+            # lifts NVFP4's rank correlation from 0.78 to 0.86 on the v1 weights; the shipped v2
+            # reaches 0.92 with it. The proj_out layers (final and per single block) also stay in
+            # full precision, as in the feasibility run, where quantizing x_embedder (raw pixel
+            # patches) destroyed the ranking.
             skip=_FLUX_SKIP + ("proj_out", "*.proj_out"),
-            min_features=0,
-            description="NVFP4 W4A4 for the embedded tiny FLUX model: embedders, norm_out and proj_out layers in fp32",
+            min_dim=128,
+            description="NVFP4 W4A4 for the embedded tiny FLUX model: embedders, norm_out, proj_out layers and "
+                        "layers with in and out features <= 128 (the model's width: attention) in fp32",
         ),
     )
 }
