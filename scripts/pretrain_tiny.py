@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from solbench.models.tiny import ASSET_NAME, TinyT2I, TinyT2IConfig, asset_path, save_tiny
+from solbench.models.tiny import ASSET_NAME, TinyT2I, TinyT2IConfig, asset_path, load_tiny, save_tiny
 from solbench.world.grammar import sample_training_pair
 from solbench.world.scenes import render_batch
 
@@ -61,16 +61,6 @@ def make_batch(seed: int, step: int, batch: int, caption_dropout: float):
     noise = torch.randn(images.shape, generator=gen)
     t = torch.sigmoid(torch.randn(batch, generator=gen))  # logit-normal(0, 1)
     return images, captions, noise, t
-
-
-def load_weights(folder: Path) -> TinyT2I:
-    """A TinyT2I with the weights and config stored in `folder` (as save_tiny writes them)."""
-    from safetensors.torch import load_file
-
-    cfg = TinyT2IConfig.from_dict(json.loads((folder / f"{ASSET_NAME}.json").read_text()))
-    model = TinyT2I(cfg)
-    model.load_state_dict(load_file(str(folder / f"{ASSET_NAME}.safetensors")))
-    return model
 
 
 def block_linear_layers(model: TinyT2I) -> list[tuple[str, torch.nn.Linear]]:
@@ -151,7 +141,7 @@ def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, si
     straight-through (w + (Q(w) - w) with the difference detached). kind "gaussian": additive noise
     of std sigma x the layer's RMS weight (NVFP4's rounding error is 11% of it on v1), drawn from
     (seed, step). Gradients flow through both the clean and the perturbed forward, so training makes
-    the network's output agree with its perturbed self. Measured on the shipped v2: this does not
+    the network's output agree with its perturbed self. Measured on v2a (stage 2): this does not
     pull the weights onto the FP4 grid (their rounding error stays 11% of the norm), so LoRA updates
     still survive re-quantization. Only samples with min_t <= t <= max_t count (t = 1: pure noise).
     """
@@ -229,12 +219,7 @@ def evaluate(model: TinyT2I, prompt_set: str = "shapes/heldout", seeds: int = 4,
 
 def write_evaluation(folder: Path) -> int:
     """Evaluate the weights in `folder` and write tiny_t2i_eval.json next to them."""
-    from safetensors.torch import load_file
-
-    cfg = TinyT2IConfig.from_dict(json.loads((folder / f"{ASSET_NAME}.json").read_text()))
-    model = TinyT2I(cfg)
-    model.load_state_dict(load_file(str(folder / f"{ASSET_NAME}.safetensors")))
-    model.eval()
+    model = load_tiny(folder=folder)  # eval mode
     t0 = time.perf_counter()
     results = evaluate(model)
     train_meta = folder / f"{ASSET_NAME}_train.json"
@@ -297,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         return write_evaluation(out_dir)
     torch.manual_seed(args.seed)
     if args.init_from is not None:
-        model = load_weights(args.init_from)
+        model = load_tiny(folder=args.init_from)  # all randomness below comes from seeded generators
     else:
         model = TinyT2I(TinyT2IConfig())
     if args.shift is not None:  # recorded in tiny_t2i.json: the adapter's default sigma shift
