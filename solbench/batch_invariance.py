@@ -6,7 +6,9 @@ these bit-identical to computing the candidate alone. CPU GEMM libraries are row
 some row counts (measured with torch 2.13's MKL sgemm):
 
 - AMD EPYC (AVX2/AVX-512 kernels): rows agree across M only when M is a multiple of 4 (M = 1..3 and
-  the tail rows of M = 10 differ in the last bit).
+  the tail rows of M = 10 differ in the last bit). On a Zen 4 EPYC (2026-11-26) M = 5 and 10 also
+  gave other bits with 1 thread than with 2 (K = 64, 128); from 16 rows, multiples of 4, every row
+  and thread count tried agreed.
 - Intel Xeon (Sapphire Rapids): small M takes another kernel; with 2 threads rows agree with large
   M only from M = 3 to 11 on, depending on K (K = 256: M >= 11); with 1 thread from M = 16 on for
   every shape tried (K up to 4096).
@@ -16,7 +18,10 @@ layers see M = batch rows. ``pad_linear_rows`` pads the rows of every ``nn.Linea
 solbench.quant's QuantLinear) input to at least ``min_rows`` and to a multiple of ``multiple`` with
 zero rows, dropped from the output: every GEMM then runs on a row count that is invariant on both
 kinds of CPU. The padded layers are the cheap ones (M = batch), so the cost is small; the engine
-also pads whole batches to a multiple of 4 (solbench.engine.Engine) for the other ops.
+also pads whole batches to a multiple of 4 (solbench.engine.Engine) for the other ops, reward calls
+included (a convolution over one image takes another kernel than over several). Modules that call
+their projections as functions, which the hooks cannot see (nn.TransformerEncoderLayer's fused
+inference path in the tiny text encoder), pad whole samples instead (``invariant_batch``).
 
 This is a CPU measure for the small models that run here. Large GEMMs with 2+ threads may split K
 by problem size, and GPUs give no such guarantee either: there a regenerated candidate has the same
@@ -46,6 +51,23 @@ from solbench.quant.layers import QUANTIZED_LAYER_TYPES
 CPU_MIN_ROWS = 16
 CPU_ROW_MULTIPLE = 4
 ROW_PADDED_TYPES = (nn.Linear, *QUANTIZED_LAYER_TYPES)  # row-wise layers: padding rows cannot change the others
+
+
+def invariant_batch(batch: int, rows_per_sample: int, min_rows: int = CPU_MIN_ROWS,
+                    multiple: int = CPU_ROW_MULTIPLE) -> int:
+    """The smallest batch >= ``batch`` whose ``batch * rows_per_sample`` GEMM rows are a row count
+    ``pad_linear_rows`` would run at (>= ``min_rows``, a multiple of ``multiple``).
+
+    For modules that call their projections as functions, out of reach of ``pad_linear_rows``'
+    module hooks (nn.TransformerEncoderLayer's fused inference path: in_proj, out_proj and its
+    feed-forward run inside one native op): they pad whole samples instead of rows.
+    """
+    if batch < 1 or rows_per_sample < 1:
+        raise ValueError(f"invariant_batch: batch ({batch}) and rows_per_sample ({rows_per_sample}) must be >= 1")
+    padded = batch
+    while padded * rows_per_sample < min_rows or (padded * rows_per_sample) % multiple:
+        padded += 1
+    return padded
 
 
 @contextmanager

@@ -399,15 +399,30 @@ class Engine:
         chunk = self.reward_micro_batch or max(len(prompts), 1)
         totals, parts_list = [], []
         for start in range(0, max(len(prompts), 1), chunk):
-            out = reward_fn(images[start:start + chunk], prompts[start:start + chunk])
-            total, parts = out if isinstance(out, tuple) else (out, {})
+            total, parts = self._score_padded(reward_fn, images[start:start + chunk], prompts[start:start + chunk])
             totals.append(total)
-            parts_list.append(dict(parts))
+            parts_list.append(parts)
         if len(totals) == 1:
             return totals[0], parts_list[0]
         names = set(parts_list[0])
         return (torch.cat(totals),
                 {k: torch.cat([p[k] for p in parts_list]) for k in names if all(k in p for p in parts_list)})
+
+    def _score_padded(self, reward_fn, images: Tensor, prompts: list[str]) -> tuple[Tensor, dict[str, Tensor]]:
+        """One reward call, padded like a network call (copies of the last image, dropped after): a
+        reward model's score of an image must not depend on the images scored beside it (on CPU a
+        convolution over one image takes another kernel than over several)."""
+        n = len(prompts)
+        pad = (-n) % self.batch_multiple if n else 0
+        if pad:
+            images = torch.cat([images, images[[n - 1] * pad]])
+            prompts = prompts + [prompts[-1]] * pad
+        with self._row_invariant():
+            out = reward_fn(images, prompts)
+        total, parts = out if isinstance(out, tuple) else (out, {})
+        if not pad:
+            return total, dict(parts)
+        return total[:n], {k: v[:n] for k, v in parts.items()}
 
     def log_prob(self, net: str | nn.Module, rollout: Rollout, step_index: int,
                  idx: Sequence[int] | Tensor | None = None) -> StepLogProb:

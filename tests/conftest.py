@@ -34,3 +34,13 @@ def pytest_report_header(config):
         with open("/proc/cpuinfo") as handle:
             model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
     return f"cpu: {model}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Which mode the rank-vs-process and batch-invariance comparisons ran in (shown even with -q)."""
+    from _cpu import COMPARISONS, gemm_rows_invariant
+
+    if COMPARISONS:
+        counts = ", ".join(f"{n} {mode}" for mode, n in sorted(COMPARISONS.items()))
+        why = "row-invariant" if gemm_rows_invariant() else "row-count dependent"
+        terminalreporter.write_line(f"same-numbers comparisons: {counts} (this CPU's GEMM is {why}; tests/_cpu.py)")

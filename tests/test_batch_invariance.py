@@ -3,8 +3,8 @@
 These tests fail on CPUs whose GEMM kernels change with the row count (measured on an Intel
 Sapphire Rapids: the modulation layers' M = batch rows differ below M = 11) unless the harness pads.
 They assert bit-identity where padding to 16+ rows makes the GEMM row-invariant (Intel MKL on Intel
-CPUs); with MKL's AVX2 kernels (AMD CPUs) padding is not enough and they compare up to float32
-rounding (tests/_cpu.py).
+CPUs, an AMD EPYC Zen 4); with MKL's AVX2 kernels padding is not enough and they compare up to
+float32 rounding (tests/_cpu.py).
 """
 
 import torch
@@ -83,3 +83,60 @@ def test_the_tiny_model_gives_a_sample_the_same_velocity_in_any_batch():
             # four copies of one sample: the row count the engine pads a single candidate to on CPU
             alone = adapter.velocity(adapter.transformer, x[[i] * 4], t[[i] * 4], cond.index([i] * 4))[:1]
             assert_same_numbers(alone, batch[i:i + 1], f"sample {i}")
+
+
+def test_a_prompt_is_encoded_to_the_same_numbers_at_any_thread_count_and_in_any_batch():
+    # Bug caught: the tiny text encoder's fused nn.TransformerEncoderLayer path calls its projections
+    # as functions, out of reach of pad_linear_rows' module hooks, so one prompt ran its GEMMs on 10
+    # rows, where AMD EPYC's MKL kernel gives other bits with 1 thread than with 2: a 1-thread rank
+    # or worker conditioned on other numbers than a 2-thread process (issue 22: the distributed tests
+    # failed on AMD, and a resume on another thread count changed the rows).
+    model = load_tiny(pretrained=True)
+    texts = ["a red circle left of a blue square", "three green triangles", "a yellow square"]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone_1 = [model.encode([text]) for text in texts]
+        torch.set_num_threads(2)
+        alone_2 = [model.encode([text]) for text in texts]
+        together_2 = model.encode(texts)
+    finally:
+        torch.set_num_threads(threads)
+    for i, text in enumerate(texts):
+        for part in (0, 1):  # token states, pooled
+            assert_same_numbers(alone_2[i][part], alone_1[i][part], f"{text!r} part {part}: 2 threads vs 1")
+            assert_same_numbers(together_2[part][i:i + 1], alone_1[i][part], f"{text!r} part {part}: in a batch")
+
+
+def test_an_image_gets_the_same_reward_in_any_scoring_batch():
+    # Bug caught: reward models ran outside the engine's row padding, so the tiny CLIP scored an
+    # image with other bits depending on how many images shared its call (and on the thread count):
+    # a sharded rollout, a resumed run or another reward_micro_batch changed the rewards.
+    from solbench.engine import Engine, Rollout, SamplerSpec
+    from solbench.rewards import RewardSet
+    from solbench.timing import PhaseTimer
+
+    adapter = TinyAdapter(load_tiny(pretrained=True))
+    rewards = RewardSet({"shapes_clip": 1.0}, "cpu")
+    images = torch.rand(7, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    prompts = ["two red circles", "a blue square", "three green triangles", "a yellow circle", "a red square",
+               "a green circle left of a blue square", "four yellow triangles"]
+    n = len(prompts)
+    rollout = Rollout(prompt_ids=[str(i) for i in range(n)], prompts=prompts, cand_idx=[0] * n, noise_seeds=[0] * n,
+                      precision="full", dtype="float32", x0=images * 2 - 1, images=images,
+                      sampler=SamplerSpec("euler", 1))
+    scores = {}
+    for chunk in (1, 3, 7):
+        engine = Engine(adapter, {"policy": adapter.transformer}, rewards, PhaseTimer(), run_seed=0,
+                        reward_micro_batch=chunk)
+        scores[chunk] = engine.score_with(rewards, rollout)[0]
+    assert_same_numbers(scores[3], scores[7], "rewards scored 3 at a time vs all 7 together")
+    assert_same_numbers(scores[1], scores[7], "rewards scored one by one vs all 7 together")
+
+
+def test_invariant_batch_pads_whole_samples_to_a_padded_row_count():
+    from solbench.batch_invariance import invariant_batch
+
+    assert invariant_batch(1, 10) == 2  # 20 rows: >= 16 and a multiple of 4
+    assert invariant_batch(3, 10) == 4  # 30 rows is not a multiple of 4
+    assert invariant_batch(5, 16) == 5 and invariant_batch(1, 3) == 8  # 24 rows

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from solbench.batch_invariance import invariant_batch
 from solbench.errors import MissingWeightsError
 from solbench.models.base import shifted_sigmas
 
@@ -118,7 +119,16 @@ class TinyTextEncoder(nn.Module):
         self.norm = nn.LayerNorm(cfg.text_dim)
 
     def forward(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        states = self.norm(self.layers(self.embed(ids) + self.position))
+        # The batch is padded with empty prompts to a row count that CPU GEMM kernels treat like any
+        # other (solbench.batch_invariance): the encoder layer's fused inference path runs its
+        # projections as functions, which the engine's per-layer row padding cannot reach, and at
+        # one prompt's 10 rows AMD's MKL kernel gives other bits with 1 thread than with 2, so the
+        # same prompt was encoded differently by a 1-thread rank (or worker) and a 2-thread process.
+        batch = ids.shape[0]
+        padded = invariant_batch(batch, ids.shape[1]) if batch else 0
+        if padded > batch:
+            ids = torch.cat([ids, ids.new_zeros(padded - batch, ids.shape[1])])
+        states = self.norm(self.layers(self.embed(ids) + self.position))[:batch]
         return states, states.mean(dim=1)
 
 
