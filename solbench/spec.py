@@ -585,9 +585,14 @@ class _Resolver:
                                       f"exclude key {key!r} is not a matrix key ({', '.join(matrix)})")
         if "method" not in matrix and not model.include:
             raise self._error(("matrix",), "no runs: give matrix.method (a list of methods) or include entries")
-        self._check_axes_used(matrix)
+        # the method names first: every later check depends on the list of methods
         for index, method in enumerate(matrix.get("method", [])):
             self._check_method_name(method, ("matrix", "method", index))
+        for index, entry in enumerate(model.include):
+            methods = entry.get("method", [])
+            for method in (methods if isinstance(methods, list) else [methods]):
+                self._check_method_name(method, ("include", index, "method"))
+        self._check_axes_used(matrix)
 
         combos: list[tuple[dict, tuple]] = []
         if "method" in matrix:
@@ -602,8 +607,6 @@ class _Resolver:
             listed = {k: (v if isinstance(v, list) else [v]) for k, v in entry.items()}
             if "method" not in listed and "method" not in free:
                 raise self._error(("include", index), "include entry needs a method (no matrix.method to range over)")
-            for method_index, method in enumerate(listed.get("method", [])):
-                self._check_method_name(method, ("include", index, "method"))
             keys = list(listed) + free
             pools = [listed[k] for k in listed] + [matrix[k] for k in free]
             for values in itertools.product(*pools):

@@ -116,6 +116,12 @@ def test_run_id_is_stable_and_excludes_launch(tmp_path):
      r"spec\.yaml:\d+: methods\.sol_rl\.finetune\.lora_rnk: unknown key 'lora_rnk' \(did you mean 'lora_rank'\?\); allowed keys: mode, lora_rank"),
     ("matrix: {method: [sol_rl], seed: ['zero']}\n", r"run \(method=sol_rl, seed=zero\): seed: Input should be a valid integer, got 'zero'"),
     ("matrix: {method: [sol_rll]}\n", r"spec\.yaml:\d+: matrix\.method\[0\]: unknown method 'sol_rll' \(did you mean 'sol_rl'\?\); methods: awm, "),
+    # a misspelt method beside an axis only it has: the name is the first thing wrong, not "no listed
+    # method () has the axis" (the axis check used to run first, on an empty list of known methods)
+    ("matrix: {method: [sol_rll], explore_steps: [2]}\n",
+     r"spec\.yaml:\d+: matrix\.method\[0\]: unknown method 'sol_rll' \(did you mean 'sol_rl'\?\)"),
+    ("matrix: {method: [diffusion_nft]}\ninclude: [{method: sol_rll, explore_steps: 2}]\n",
+     r"spec\.yaml:\d+: include\[0\]\.method: unknown method 'sol_rll' \(did you mean 'sol_rl'\?\)"),
     ("matrix: {method: [sol_rl], nn: [4]}\n", r"matrix\.nn: unknown matrix key 'nn' \(did you mean 'n'\?\)"),
     ("matrix: {method: [sol_rl], beta: [0.5]}\n", r"'beta' is a Config field of .*sol_rl.* but not a declared axis"),
     ("matrix: {method: [sol_rl], n: [4], k: [8]}\n", r"run \(method=sol_rl, n=4, k=8\): method_config.*k"),
