@@ -102,6 +102,7 @@ class AWM(Method):
     nets = frozenset({"old", "reference"})  # "old" = the slow copy
     rollout_net = "policy"
     tiny_config = {"group_size": 3, "train_timesteps": 2}  # one iteration on the tiny model in seconds
+    timed_phases = frozenset({"rollout", "reward"})  # what one iteration times besides "train"
 
     def sampler_spec(self) -> SamplerSpec:
         noise = self.config.noise_level if self.config.sampler == "awm_sde" else 0.0

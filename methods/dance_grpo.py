@@ -67,6 +67,7 @@ class DanceGRPO(Method):
     nets = frozenset()
     rollout_net = "policy"
     tiny_config = {"group_size": 3, "clip_range": 0.2}  # one iteration on the tiny model in seconds
+    timed_phases = frozenset({"rollout", "reward"})  # what one iteration times besides "train"
 
     def sampler_spec(self) -> SamplerSpec:
         return SamplerSpec("dance_sde", self.run.steps, noise_level=self.config.eta, guidance=self.run.guidance,

@@ -96,6 +96,7 @@ class DiffusionNFT(Method):
     nets = frozenset({"old", "reference"})
     rollout_net = "old"
     tiny_config = {"group_size": 3}  # one iteration on the tiny model in seconds
+    timed_phases = frozenset({"rollout", "reward"})  # what one iteration times besides "train"
 
     # -- rollout ------------------------------------------------------------------------------
     def rollout_spec(self, steps: int | None = None) -> SamplerSpec:

@@ -92,6 +92,7 @@ class FlowGRPO(Method):
     nets = frozenset({"reference"})
     rollout_net = "policy"
     tiny_config = {"group_size": 3, "clip_range": 0.2}  # one iteration on the tiny model in seconds
+    timed_phases = frozenset({"rollout", "reward"})  # what one iteration times besides "train"
 
     def sampler_spec(self) -> SamplerSpec:
         return SamplerSpec(self.config.sampler, self.run.steps, noise_level=self.config.noise_level,

@@ -30,6 +30,7 @@ class NaiveFP4(DiffusionNFT):
     axes = ("n", "k", "selection")
     nets = frozenset({"old", "reference", "explore"})
     tiny_config = {"n": 4, "k": 2}  # one iteration on the tiny model in seconds
+    timed_phases = frozenset({"explore", "select", "reward", "sync"})  # what one iteration times besides "train"
 
     def collect(self, engine, prompt_ids, prompts, it: Iteration) -> Batch:
         cfg = self.config

@@ -45,6 +45,7 @@ class NaiveScaling(DiffusionNFT):
     Config = RolloutScalingConfig
     axes = ("n", "k", "selection")
     tiny_config = {"n": 4, "k": 2}  # one iteration on the tiny model in seconds
+    timed_phases = frozenset({"rollout", "select", "reward"})  # what one iteration times besides "train"
 
     def collect(self, engine, prompt_ids, prompts, it: Iteration) -> Batch:
         cfg = self.config

@@ -52,6 +52,7 @@ class SolRL(DiffusionNFT):
     axes = ("n", "k", "explore_steps", "selection")
     nets = frozenset({"old", "reference", "explore"})
     tiny_config = {"n": 4, "k": 2, "explore_steps": 2}  # one iteration on the tiny model in seconds
+    timed_phases = frozenset({"explore", "select", "regenerate", "reward", "sync"})  # what one iteration times besides "train"
 
     def collect(self, engine, prompt_ids, prompts, it: Iteration) -> Batch:
         cfg = self.config

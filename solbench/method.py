@@ -29,6 +29,9 @@ A method declares:
   policy); the explore copy, when used, mirrors this role.
 - ``tiny_config``: Config overrides that make one iteration on the embedded tiny model take seconds
   (the conformance test runs every method with them; paper defaults are tested separately).
+- ``timed_phases``: the phases one iteration times besides ``"train"`` (the ``phase=`` names it gives
+  the engine, e.g. ``{"rollout", "reward"}``). The conformance suite checks that an iteration times
+  exactly these, so a new method file needs no test edited.
 
 The engine API a method may use (solbench/engine.py; nothing else of the harness):
 
@@ -147,6 +150,7 @@ class Method:
     nets: ClassVar[frozenset[str]] = frozenset()
     rollout_net: ClassVar[str] = "policy"
     tiny_config: ClassVar[Mapping[str, Any]] = {}
+    timed_phases: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Any, run: RunInfo) -> None:
         self.config = config
