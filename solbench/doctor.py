@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solbench.hub import MODEL_DOWNLOAD_EXCLUDES, model_download_command  # noqa: F401 (importable here too)
+
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
 __all__ = [
@@ -240,12 +242,6 @@ MODEL_WEIGHTS: dict[str, ModelWeights] = {
                          blocks=20, hidden=2240, text_tokens=0, pixels_per_token=32, cfg=True,
                          lora_params_per_rank_m=160 * 4480 / 1e6, vae_decode_gb_1024=1.2),
 }
-# What the diffusers-layout runs never read: the single-file checkpoints (and SD3.5's duplicate
-# text encoders), 24 to 30 GB per model. The doctor's and the loaders' download commands exclude them.
-MODEL_DOWNLOAD_EXCLUDES: dict[str, tuple[str, ...]] = {
-    "black-forest-labs/FLUX.1-dev": ("flux1-dev.safetensors", "ae.safetensors"),
-    "stabilityai/stable-diffusion-3.5-large": ("sd3.5_large*.safetensors", "text_encoders/*"),
-}
 # GPUs the docs size the real specs for: usable memory, GB
 GPU_MEMORY_GB = {"B200": 180.0, "H100": 80.0}
 EMBEDDED_MODELS = ("tiny",)  # ship with solbench: nothing to download
@@ -274,17 +270,6 @@ def file_present(repo_or_dir: str, filename: str, cache_dir: str | os.PathLike |
         if isinstance(hit, str) and Path(hit).is_file():
             return hit
     return None
-
-
-def _download_cmd(repo_id: str, include: Sequence[str] = ()) -> str:
-    from solbench.rewards.real import download_command
-
-    return download_command(repo_id, include)
-
-
-def model_download_command(repo_id: str) -> str:
-    """``hf download`` of a model repository without the files the diffusers layout never reads."""
-    return _download_cmd(repo_id) + "".join(f" --exclude '{p}'" for p in MODEL_DOWNLOAD_EXCLUDES.get(repo_id, ()))
 
 
 def check_model_weights(models: Mapping[str, str | None] | None = None, *, required: bool = False,

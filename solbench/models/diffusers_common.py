@@ -35,14 +35,12 @@ def load_pipeline(pipeline_cls, path: str, default_id: str, dtype: torch.dtype, 
     try:
         return pipeline_cls.from_pretrained(path, **{_DTYPE_KWARG: dtype}, local_files_only=True)
     except (OSError, ValueError, EnvironmentError) as err:
-        from solbench.doctor import MODEL_DOWNLOAD_EXCLUDES
-        from solbench.rewards.real import download_command
+        from solbench.hub import model_download_command
 
         repo = path if "/" in path and not path.startswith(("/", ".")) else default_id
         gate = (f" {default_id} is a gated model: accept its licence on https://huggingface.co/{default_id} "
                 f"and log in (`hf auth login`) first." if gated else "")
-        command = download_command(repo) + "".join(
-            f" --exclude '{p}'" for p in MODEL_DOWNLOAD_EXCLUDES.get(default_id, ()))
+        command = model_download_command(repo, layout_of=default_id)
         raise MissingWeightsError(
             f"cannot load {pipeline_cls.__name__} weights from {path!r} (local folder or Hugging Face cache; "
             f"nothing is downloaded at run time). Get them with `{command}` "
