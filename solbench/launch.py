@@ -52,7 +52,8 @@ from typing import Any
 from solbench.config import RunConfig
 from solbench.errors import ConfigError, SolbenchError
 from solbench.results import RunStore, atomic_write_bytes, capture_env
-from solbench.threads import LOCAL_WORKER_ENV, available_cores, cpu_allocation, requested_threads
+from solbench import numerics
+from solbench.threads import ENV_THREADS, LOCAL_WORKER_ENV, available_cores, cpu_allocation, requested_threads
 
 log = logging.getLogger(__name__)
 
@@ -225,10 +226,19 @@ def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str,
             writer.add_listener(progress)
         try:
             # The run's threads follow its allocation (SOLBENCH_THREADS, Slurm's cpus-per-task, or
-            # the cores it can claim beside other local runs); env.json records what it got.
+            # the cores it can claim beside other local runs) on its first attempt, and what that
+            # attempt recorded on every later one (solbench.numerics); env.json keeps every attempt.
             on_gpu = cfg.device == "cuda" or (cfg.device == "auto" and _cuda())
-            with cpu_allocation(device="cuda" if on_gpu else "cpu") as cpus:
-                store.write_json("env.json", capture_env(cpus=cpus))
+            previous_env = _read_env(store)
+            recorded = numerics.recorded_setting(previous_env)
+            with cpu_allocation(device="cuda" if on_gpu else "cpu", recorded=numerics.threads_of(recorded)) as cpus:
+                env = capture_env(cpus=cpus)
+                differ = numerics.differences(recorded, numerics.setting_of(env),
+                                              why_threads=_why_threads(cpus)) if recorded else []
+                if differ:
+                    log.warning("%s", numerics.resume_warning(cfg.run_id, differ))
+                store.write_json("env.json", numerics.with_attempt(previous_env, env, attempt=attempt,
+                                                                   recorded=recorded, differ=differ))
                 store.write_status("running", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
                                    slurm_job_id=_slurm_job_id(), started_at=_now(), started_ts=started)
                 run_fn = resolve_run_fn(task.run_fn)
@@ -243,6 +253,23 @@ def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str,
         store.write_status("done", attempt=attempt, seconds=round(time.time() - started, 3), finished_at=_now(),
                            result=_jsonable(result), slurm_job_id=_slurm_job_id(), started_ts=started)
         return {"state": "done", "result": _jsonable(result)}
+
+
+def _read_env(store: RunStore) -> dict | None:
+    """The run's env.json (None when it has none, or an unreadable one: then no setting is reused)."""
+    try:
+        return store.read_json("env.json")
+    except (OSError, ValueError) as err:
+        log.warning("%s: unreadable env.json (%s); this attempt records its own numerics setting", store.run_dir, err)
+        return None
+
+
+def _why_threads(cpus) -> str:
+    if cpus.source == "explicit":
+        return f"{ENV_THREADS} asks for {cpus.threads}"
+    if cpus.source == "recorded, fewer cores":
+        return f"only {cpus.threads} core(s) here"
+    return ""
 
 
 def _cuda() -> bool:
@@ -500,6 +527,28 @@ def local_workers(setting: int | str, n_runs: int) -> int:
         if value < 1:
             raise ConfigError(f"workers={raw!r}: at least 1 run at a time")
     return max(1, min(value, n_runs))
+
+
+def fit_recorded_threads(spec, runs: Sequence[Any], results_root: Path, workers: int) -> int:
+    """``workers``, or fewer so that every worker's share of the cores holds the thread count that a
+    run's first attempt recorded (solbench.numerics): a run started in-process on 2 threads resumes
+    on 2, not in a worker on 1 core. SOLBENCH_THREADS, when set, decides every run's count."""
+    if workers == 1 or requested_threads()[0] is not None:
+        return workers
+    needed = {}
+    for run in runs:
+        threads = numerics.threads_of(numerics.recorded_setting(_read_env(
+            RunStore(spec.run_dir(results_root, run.run_id), run.run_id))))
+        if threads:
+            needed[run.run_id] = threads
+    most = max(needed.values(), default=1)
+    fit = max(1, len(available_cores()) // most)
+    if fit >= workers:
+        return workers
+    log.warning("%d run(s) go on with the %d threads their first attempt ran on (%s): %d run(s) at a time instead "
+                "of %d", sum(t == most for t in needed.values()), most,
+                ", ".join(r for r, t in needed.items() if t == most), fit, workers)
+    return fit
 
 
 def core_shares(cores: Sequence[int], workers: int) -> list[list[int]]:
@@ -781,6 +830,7 @@ def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str
             return LaunchResult(plan, None, profile_path, profile.executor)
         preflight(spec, plan.to_launch)
         workers = 1 if group.enabled else local_workers(profile.workers, len(plan.to_launch))
+        workers = fit_recorded_threads(spec, plan.to_launch, results_root, workers)
         submission = launch_local(spec, plan.to_launch, results_root, run_fn=run_fn, force=force, display=display,
                                   sys_path=sys_path, group=group if group.enabled else None,
                                   force_since=force_since, workers=workers)
