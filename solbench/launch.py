@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -569,6 +570,9 @@ def _init_local_worker(counter, lock, shares: list[list[int]]) -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)
     _end_with_parent()
+    # Ctrl-C reaches the whole process group: the launcher stops its workers (_stop_workers), so that an
+    # interrupt of the launcher alone does the same and no worker goes on to the next queued run
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ[LOCAL_WORKER_ENV] = f"{slot + 1}/{len(shares)} on cores {','.join(map(str, cores))}"
 
 
@@ -588,7 +592,8 @@ def _execute_in_workers(tasks: Sequence[RunTask], workers: int, display=None) ->
 
     Spawned, not forked: a forked torch process inherits the parent's thread pools and locks. A
     worker that dies (killed, out of memory) leaves its run interrupted on disk; the next
-    `solbench run` resumes it.
+    `solbench run` resumes it. An interrupt of the launcher (Ctrl-C, ``kill -INT`` or ``kill -TERM``
+    of its process alone) stops every worker at once and cancels the runs not started.
     """
     import concurrent.futures
     import multiprocessing
@@ -596,11 +601,13 @@ def _execute_in_workers(tasks: Sequence[RunTask], workers: int, display=None) ->
     ctx = multiprocessing.get_context("spawn")
     shares = core_shares(available_cores(), workers)
     states: dict[str, str] = {}
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_local_worker,
-                                                initargs=(ctx.Value("i", 0), ctx.Lock(), shares)) as pool:
-        futures = {pool.submit(execute_run, task): task for task in tasks}
-        waiting = set(futures)
+    _quiet_resource_tracker()
+    with _terminate_as_interrupt(), concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=ctx, initializer=_init_local_worker,
+            initargs=(ctx.Value("i", 0), ctx.Lock(), shares)) as pool:
         try:
+            futures = {pool.submit(execute_run, task): task for task in tasks}
+            waiting = set(futures)
             while waiting:
                 finished, waiting = concurrent.futures.wait(waiting, timeout=0.5)
                 for future in finished:
@@ -615,8 +622,52 @@ def _execute_in_workers(tasks: Sequence[RunTask], workers: int, display=None) ->
                     display.tick(force=bool(finished))
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
+            _stop_workers()
             raise
     return states
+
+
+def _stop_workers(grace_s: float = 30.0) -> None:
+    """SIGTERM to this launcher's worker processes (its only multiprocessing children): their runs stop
+    where they are, as a killed run does (their lock released, read back as interrupted, resumed
+    from the last checkpoint by the next `solbench run`)."""
+    import multiprocessing
+
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(timeout=grace_s)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM to the launcher stops it as Ctrl-C does (KeyboardInterrupt): its workers stopped, its
+    worker pool's semaphores released. Killed outright, it would leave the workers to finish dying
+    on their own and multiprocessing's resource tracker to warn of leaked semaphores."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _quiet_resource_tracker() -> None:
+    """A launcher killed with SIGKILL cannot release its worker pool's semaphores; multiprocessing's
+    resource tracker (started with the pool, with this process's -W options) then removes them and
+    warns of "leaked semaphore objects" on the terminal. The removal is all there is to do: no warning."""
+    option = "ignore:resource_tracker:UserWarning"
+    if option not in sys.warnoptions:
+        sys.warnoptions.append(option)
 
 
 def launch_local(spec, runs: Sequence[Any], results_root: Path, *, run_fn: str | Callable = DEFAULT_RUN_FN,
