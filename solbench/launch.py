@@ -246,10 +246,13 @@ def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str,
                 result = run_fn(cfg, store, progress=writer)
         except Exception as err:  # a crashed run is recorded and the others carry on
             tb = traceback.format_exc()
-            store.write_status("failed", attempt=attempt, error=f"{type(err).__name__}: {err}", traceback=tb,
-                               seconds=round(time.time() - started, 3), finished_at=_now(),
-                               slurm_job_id=_slurm_job_id(), started_ts=started)
             log.error("run %s failed: %s", cfg.run_id, err)
+            try:
+                store.write_status("failed", attempt=attempt, error=f"{type(err).__name__}: {err}", traceback=tb,
+                                   seconds=round(time.time() - started, 3), finished_at=_now(),
+                                   slurm_job_id=_slurm_job_id(), started_ts=started)
+            except SolbenchError as unwritten:  # a full disk: the status stays "running" and reads interrupted
+                log.error("run %s: its failed status is not recorded either: %s", cfg.run_id, unwritten)
             return {"state": "failed", "error": f"{type(err).__name__}: {err}"}
         store.write_status("done", attempt=attempt, seconds=round(time.time() - started, 3), finished_at=_now(),
                            result=_jsonable(result), slurm_job_id=_slurm_job_id(), started_ts=started)
