@@ -88,6 +88,9 @@ def test_sigterm_at_an_eval_then_a_resume_with_another_worker_count_gives_the_un
     full = solbench_run(spec_path, reference, 2)  # uninterrupted, one worker per run as the first attempt
     assert full.returncode == 0, full.stdout + full.stderr[-3000:]
     for run, store in zip(spec.runs, stores):
+        same = RunStore(spec.run_dir(reference, run.run_id), run.run_id)
+        for table in ("metrics", "candidates"):
+            assert rows(store, table) == rows(same, table), f"{run.run_id} {table}"
         env = store.read_json("env.json")
         attempts = env["attempts"]
         assert [a["attempt"] for a in attempts] == [1, 2]
@@ -97,9 +100,6 @@ def test_sigterm_at_an_eval_then_a_resume_with_another_worker_count_gives_the_un
         assert env["numerics"]["threads"] == 1
         assert [a["numerics"]["threads"] for a in attempts] == [1, 1]
         assert attempts[1]["cpu_allocation"]["source"] == "recorded"
-        same = RunStore(spec.run_dir(reference, run.run_id), run.run_id)
-        for table in ("metrics", "candidates"):
-            assert rows(store, table) == rows(same, table), f"{run.run_id} {table}"
 
 
 THREE = three_runs_spec("pinned")
