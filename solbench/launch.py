@@ -50,10 +50,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solbench import numerics
 from solbench.config import RunConfig
 from solbench.errors import ConfigError, SolbenchError
 from solbench.results import RunStore, atomic_write_bytes, capture_env
-from solbench import numerics
 from solbench.threads import ENV_THREADS, LOCAL_WORKER_ENV, available_cores, cpu_allocation, requested_threads
 
 log = logging.getLogger(__name__)

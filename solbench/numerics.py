@@ -2,8 +2,9 @@
 run's first attempt, recorded in its env.json and applied again by every later attempt.
 
 On CPU the numbers depend on the torch thread count: a GEMM or a reduction split over 2 threads adds
-in another order than over 1 (on an AMD EPYC (Zen 4), 1 thread against 2 moves a tiny-model eval
-reward by up to 0.027 within 4 iterations and flips which candidates Sol-RL selects). They also
+in another order than over 1 (on an AMD EPYC (Zen 4), a tiny-model Sol-RL run of 4 iterations on 2
+threads instead of 1: a training reward 0.027 apart, eval rewards 5e-4, 6 candidates selected
+otherwise). They also
 depend on the kernels torch picks (the CPU model, torch's CPU capability level and the environment
 variables that cap it), on GPU on the device model, and everywhere on the torch version. How a run is
 scheduled must not change any of it, yet it would: a local run with others beside it runs in a worker

@@ -1,9 +1,10 @@
 """Numerics that do not depend on how a run was scheduled (issue 22, item 2).
 
-A run's thread count changes its numbers (on an AMD EPYC, 1 thread against 2 moves eval rewards by
-1e-3 to 1e-2 within 3 iterations). It is fixed by the run's first attempt, recorded in env.json and
-used again by every later attempt, in a worker process or in-process; env.json keeps every attempt;
-an attempt that cannot reproduce it says so in one line and records it.
+A run's thread count changes its numbers (on an AMD EPYC, the Sol-RL spec below on 2 threads instead
+of 1: candidate rewards up to 0.05 apart, eval rewards 1e-6). It is fixed by the run's first
+attempt, recorded in env.json and used again by every later attempt, in a worker process or
+in-process; env.json keeps every attempt; an attempt that cannot reproduce it says so in one line
+and records it.
 """
 
 from __future__ import annotations
