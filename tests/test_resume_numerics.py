@@ -177,3 +177,21 @@ def test_an_explicit_thread_count_that_differs_is_used_said_in_one_line_and_reco
     assert env["numerics"]["threads"] == 2  # the run's setting stays its first attempt's
     assert [(a["attempt"], a["numerics"]["threads"], a.get("numerics_differ")) for a in env["attempts"]] == [
         (1, 2, None), (2, 1, [f"threads 2 -> 1 ({ENV_THREADS} asks for 1)"])]
+
+
+def test_a_recorded_thread_count_above_the_cores_here_takes_one_thread_per_core_and_says_it(private_cores):
+    # Bug caught: a resume on fewer cores than its first attempt's threads either oversubscribing
+    # them (every OpenMP region then waits out a time slice) or changing the count unsaid.
+    import torch
+
+    from solbench import threads
+
+    cores = available_cores()
+    before = torch.get_num_threads()
+    with threads.cpu_allocation(recorded=len(cores) + 1) as alloc:
+        assert (alloc.threads, alloc.source) == (len(cores), "recorded, fewer cores")
+        assert torch.get_num_threads() == len(cores)
+    with threads.cpu_allocation(recorded=1) as alloc:  # fits: taken, on one claimed core
+        assert (alloc.threads, alloc.source) == (1, "recorded") and len(alloc.cores) == 1
+        assert threads.available_cores() == alloc.cores
+    assert torch.get_num_threads() == before and threads.available_cores() == cores
