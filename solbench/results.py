@@ -132,7 +132,7 @@ def storage_error(err: BaseException, path: str | os.PathLike | None = None) -> 
 
 def _raise_storage_error(err: BaseException, path: Path, partial: str | os.PathLike | None = None) -> None:
     """Raise ``storage_error(err, path)`` if there is one, after removing ``partial`` (a temp file)."""
-    problem = storage_error(err, path) if isinstance(err, Exception) else None
+    problem = storage_error(err, path)
     if partial is not None:
         Path(partial).unlink(missing_ok=True)
     if problem is not None:
