@@ -171,6 +171,7 @@ matrix:
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_names_the_checkpoint_and_says_so_collect_is_one_line_and_the_run_resumes(tmp_path):
     # Bug caught: the run's error read "RuntimeError: [enforce fail at inline_container.cc:672] .
     # unexpected pos 64 vs 0" (the status table dropped the bracketed part), naming neither the file

@@ -64,6 +64,7 @@ def rows(store: RunStore, table: str) -> list[dict]:
     return [{k: v for k, v in row.items() if k not in ("wall_s", "seconds")} for row in store.read(table)]
 
 
+@pytest.mark.slow
 def test_sigterm_at_an_eval_then_a_resume_with_another_worker_count_gives_the_uninterrupted_rows(tmp_path):
     # Bug caught: with one worker per run (2 runs, --workers 2) each run computes on 1 thread; resumed
     # by `solbench run --workers 1` it ran in-process on every core it could claim (2 here), and on a
