@@ -50,6 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         # so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:  # a full disk or a read-only folder, wherever a command writes: one line
+        from solbench.results import storage_error
+
+        problem = storage_error(err)
+        if problem is None:
+            raise
+        print(f"solbench {args.command}: error: {problem}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -19,3 +19,7 @@ class UnsupportedHardwareError(SolbenchError):
 
 class NonFiniteLossError(SolbenchError):
     """A training loss or gradient became NaN/inf; the run stops instead of silently zeroing it."""
+
+
+class StorageError(SolbenchError):
+    """A file could not be written: the disk is full, or the folder is read-only or not ours. The message names the file."""

@@ -98,29 +98,31 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     from solbench.results import RunStore
 
     path = Path(path)
+    earlier: list[Path] = []  # with a run folder: its older checkpoints, which the user may name instead
     if path.is_dir():
         run_dir = path
         if not (run_dir / "spec.json").is_file():
             raise ConfigError(f"--checkpoint {path}: not a run folder (no spec.json); give results/<experiment>/<run_id> "
                               "or a checkpoint file inside one")
-        latest = RunStore(run_dir, run_dir.name).latest_checkpoint()
-        if latest is None:
+        files = [file for _, file in RunStore(run_dir, run_dir.name).checkpoint_files()]
+        if not files:
             raise ConfigError(f"--checkpoint {path}: the run has no readable checkpoint in {run_dir / 'checkpoints'}")
-        step, state = latest
-        ckpt_path = run_dir / "checkpoints"
+        *earlier, ckpt_path = files  # the final one: never quietly an older one in its place
     elif path.is_file():
         run_dir = next((d for d in (path.parent, path.parent.parent) if (d / "spec.json").is_file()), None)
         if run_dir is None:
             raise ConfigError(f"--checkpoint {path}: no spec.json beside it or in its run folder, so its model and "
                               "LoRA settings are unknown")
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=False)
-            step, state = int(payload["step"]), payload["state"]
-        except Exception as err:  # noqa: BLE001 - report any unreadable file the same way
-            raise ConfigError(f"--checkpoint {path}: cannot read it as a solbench checkpoint ({err})") from err
         ckpt_path = path
     else:
         raise ConfigError(f"--checkpoint {path}: no such run folder or file")
+    try:
+        payload = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        step, state = int(payload["step"]), payload["state"]
+    except Exception as err:  # noqa: BLE001 - report any unreadable file the same way
+        instead = f"; to measure the earlier one, give --checkpoint {earlier[-1]}" if earlier else ""
+        raise ConfigError(f"--checkpoint {path}: cannot read {ckpt_path} as a solbench checkpoint ({err}){instead}") \
+            from err
     if "nets" not in state:
         raise ConfigError(f"--checkpoint {path}: the checkpoint holds no network weights ('nets')")
     config = RunConfig.from_dict(json.loads((run_dir / "spec.json").read_text()))
@@ -173,11 +175,14 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
     guidance = settings.guidance if settings.guidance is not None else (run.sampling.guidance if run else None)
     shift = settings.shift if settings.shift is not None else (run.sampling.shift if run else None)
     for label, value in (("--seeds", settings.seeds), ("--steps", settings.steps),
-                         ("--explore-steps", settings.explore_steps)):
-        if value < 1:
+                         ("--explore-steps", settings.explore_steps), ("--n-prompts", settings.n_prompts)):
+        if value is not None and value < 1:
             raise ConfigError(f"{label} must be >= 1, got {value}")
-    if settings.seeds < 2:
-        raise ConfigError(f"--seeds must be >= 2 to rank seeds, got {settings.seeds}")
+    from solbench.report.fidelity import MIN_PAIRS
+
+    if settings.seeds < MIN_PAIRS:  # the report ranks no group of fewer seeds
+        raise ConfigError(f"--seeds must be >= {MIN_PAIRS} to rank seeds (rank correlations over fewer are not "
+                          f"reported), got {settings.seeds}")
     if settings.role not in ("policy", "ema", "old"):
         raise ConfigError(f"--role must be policy, ema or old, got {settings.role!r}")
     if checkpoint is not None and settings.role not in checkpoint.state["nets"]["trainable"]:
@@ -259,7 +264,7 @@ def sample(spec: dict, engine, *, batch_seeds: int | None = None) -> pd.DataFram
     records = load_prompt_set(spec["prompts"]["set"])
     n = spec["prompts"]["n_prompts"]
     if n is not None:
-        if n < 1 or n > len(records):
+        if n > len(records):
             raise ConfigError(f"--n-prompts {n}: the prompt set {spec['prompts']['set']!r} has {len(records)} prompts")
         records = records[:n]
     s = spec["sampling"]

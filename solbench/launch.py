@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -49,10 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solbench import numerics
 from solbench.config import RunConfig
 from solbench.errors import ConfigError, SolbenchError
 from solbench.results import RunStore, atomic_write_bytes, capture_env
-from solbench.threads import LOCAL_WORKER_ENV, available_cores, cpu_allocation, requested_threads
+from solbench.threads import ENV_THREADS, LOCAL_WORKER_ENV, available_cores, cpu_allocation, requested_threads
 
 log = logging.getLogger(__name__)
 
@@ -225,24 +227,53 @@ def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str,
             writer.add_listener(progress)
         try:
             # The run's threads follow its allocation (SOLBENCH_THREADS, Slurm's cpus-per-task, or
-            # the cores it can claim beside other local runs); env.json records what it got.
+            # the cores it can claim beside other local runs) on its first attempt, and what that
+            # attempt recorded on every later one (solbench.numerics); env.json keeps every attempt.
             on_gpu = cfg.device == "cuda" or (cfg.device == "auto" and _cuda())
-            with cpu_allocation(device="cuda" if on_gpu else "cpu") as cpus:
-                store.write_json("env.json", capture_env(cpus=cpus))
+            previous_env = _read_env(store)
+            recorded = numerics.recorded_setting(previous_env)
+            with cpu_allocation(device="cuda" if on_gpu else "cpu", recorded=numerics.threads_of(recorded)) as cpus:
+                env = capture_env(cpus=cpus)
+                differ = numerics.differences(recorded, numerics.setting_of(env),
+                                              why_threads=_why_threads(cpus)) if recorded else []
+                if differ:
+                    log.warning("%s", numerics.resume_warning(cfg.run_id, differ))
+                store.write_json("env.json", numerics.with_attempt(previous_env, env, attempt=attempt,
+                                                                   recorded=recorded, differ=differ))
                 store.write_status("running", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
                                    slurm_job_id=_slurm_job_id(), started_at=_now(), started_ts=started)
                 run_fn = resolve_run_fn(task.run_fn)
                 result = run_fn(cfg, store, progress=writer)
         except Exception as err:  # a crashed run is recorded and the others carry on
             tb = traceback.format_exc()
-            store.write_status("failed", attempt=attempt, error=f"{type(err).__name__}: {err}", traceback=tb,
-                               seconds=round(time.time() - started, 3), finished_at=_now(),
-                               slurm_job_id=_slurm_job_id(), started_ts=started)
             log.error("run %s failed: %s", cfg.run_id, err)
+            try:
+                store.write_status("failed", attempt=attempt, error=f"{type(err).__name__}: {err}", traceback=tb,
+                                   seconds=round(time.time() - started, 3), finished_at=_now(),
+                                   slurm_job_id=_slurm_job_id(), started_ts=started)
+            except SolbenchError as unwritten:  # a full disk: the status stays "running" and reads interrupted
+                log.error("run %s: its failed status is not recorded either: %s", cfg.run_id, unwritten)
             return {"state": "failed", "error": f"{type(err).__name__}: {err}"}
         store.write_status("done", attempt=attempt, seconds=round(time.time() - started, 3), finished_at=_now(),
                            result=_jsonable(result), slurm_job_id=_slurm_job_id(), started_ts=started)
         return {"state": "done", "result": _jsonable(result)}
+
+
+def _read_env(store: RunStore) -> dict | None:
+    """The run's env.json (None when it has none, or an unreadable one: then no setting is reused)."""
+    try:
+        return store.read_json("env.json")
+    except (OSError, ValueError) as err:
+        log.warning("%s: unreadable env.json (%s); this attempt records its own numerics setting", store.run_dir, err)
+        return None
+
+
+def _why_threads(cpus) -> str:
+    if cpus.source == "explicit":
+        return f"{ENV_THREADS} asks for {cpus.threads}"
+    if cpus.source == "recorded, fewer cores":
+        return f"only {cpus.threads} core(s) here"
+    return ""
 
 
 def _cuda() -> bool:
@@ -502,6 +533,28 @@ def local_workers(setting: int | str, n_runs: int) -> int:
     return max(1, min(value, n_runs))
 
 
+def fit_recorded_threads(spec, runs: Sequence[Any], results_root: Path, workers: int) -> int:
+    """``workers``, or fewer so that every worker's share of the cores holds the thread count that a
+    run's first attempt recorded (solbench.numerics): a run started in-process on 2 threads resumes
+    on 2, not in a worker on 1 core. SOLBENCH_THREADS, when set, decides every run's count."""
+    if workers == 1 or requested_threads()[0] is not None:
+        return workers
+    needed = {}
+    for run in runs:
+        threads = numerics.threads_of(numerics.recorded_setting(_read_env(
+            RunStore(spec.run_dir(results_root, run.run_id), run.run_id))))
+        if threads:
+            needed[run.run_id] = threads
+    most = max(needed.values(), default=1)
+    fit = max(1, len(available_cores()) // most)
+    if fit >= workers:
+        return workers
+    log.warning("%d run(s) go on with the %d threads their first attempt ran on (%s): %d run(s) at a time instead "
+                "of %d", sum(t == most for t in needed.values()), most,
+                ", ".join(r for r, t in needed.items() if t == most), fit, workers)
+    return fit
+
+
 def core_shares(cores: Sequence[int], workers: int) -> list[list[int]]:
     """``cores`` split into ``workers`` contiguous, nearly equal shares (a core per worker at least)."""
     cores = list(cores)
@@ -520,6 +573,9 @@ def _init_local_worker(counter, lock, shares: list[list[int]]) -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)
     _end_with_parent()
+    # Ctrl-C reaches the whole process group: the launcher stops its workers (_stop_workers), so that an
+    # interrupt of the launcher alone does the same and no worker goes on to the next queued run
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ[LOCAL_WORKER_ENV] = f"{slot + 1}/{len(shares)} on cores {','.join(map(str, cores))}"
 
 
@@ -539,7 +595,8 @@ def _execute_in_workers(tasks: Sequence[RunTask], workers: int, display=None) ->
 
     Spawned, not forked: a forked torch process inherits the parent's thread pools and locks. A
     worker that dies (killed, out of memory) leaves its run interrupted on disk; the next
-    `solbench run` resumes it.
+    `solbench run` resumes it. An interrupt of the launcher (Ctrl-C, ``kill -INT`` or ``kill -TERM``
+    of its process alone) stops every worker at once and cancels the runs not started.
     """
     import concurrent.futures
     import multiprocessing
@@ -547,11 +604,13 @@ def _execute_in_workers(tasks: Sequence[RunTask], workers: int, display=None) ->
     ctx = multiprocessing.get_context("spawn")
     shares = core_shares(available_cores(), workers)
     states: dict[str, str] = {}
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_local_worker,
-                                                initargs=(ctx.Value("i", 0), ctx.Lock(), shares)) as pool:
-        futures = {pool.submit(execute_run, task): task for task in tasks}
-        waiting = set(futures)
+    _quiet_resource_tracker()
+    with _terminate_as_interrupt(), concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=ctx, initializer=_init_local_worker,
+            initargs=(ctx.Value("i", 0), ctx.Lock(), shares)) as pool:
         try:
+            futures = {pool.submit(execute_run, task): task for task in tasks}
+            waiting = set(futures)
             while waiting:
                 finished, waiting = concurrent.futures.wait(waiting, timeout=0.5)
                 for future in finished:
@@ -566,8 +625,52 @@ def _execute_in_workers(tasks: Sequence[RunTask], workers: int, display=None) ->
                     display.tick(force=bool(finished))
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
+            _stop_workers()
             raise
     return states
+
+
+def _stop_workers(grace_s: float = 30.0) -> None:
+    """SIGTERM to this launcher's worker processes (its only multiprocessing children): their runs stop
+    where they are, as a killed run does (their lock released, read back as interrupted, resumed
+    from the last checkpoint by the next `solbench run`)."""
+    import multiprocessing
+
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(timeout=grace_s)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM to the launcher stops it as Ctrl-C does (KeyboardInterrupt): its workers stopped, its
+    worker pool's semaphores released. Killed outright, it would leave the workers to finish dying
+    on their own and multiprocessing's resource tracker to warn of leaked semaphores."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _quiet_resource_tracker() -> None:
+    """A launcher killed with SIGKILL cannot release its worker pool's semaphores; multiprocessing's
+    resource tracker (started with the pool, with this process's -W options) then removes them and
+    warns of "leaked semaphore objects" on the terminal. The removal is all there is to do: no warning."""
+    option = "ignore:resource_tracker:UserWarning"
+    if option not in sys.warnoptions:
+        sys.warnoptions.append(option)
 
 
 def launch_local(spec, runs: Sequence[Any], results_root: Path, *, run_fn: str | Callable = DEFAULT_RUN_FN,
@@ -781,6 +884,7 @@ def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str
             return LaunchResult(plan, None, profile_path, profile.executor)
         preflight(spec, plan.to_launch)
         workers = 1 if group.enabled else local_workers(profile.workers, len(plan.to_launch))
+        workers = fit_recorded_threads(spec, plan.to_launch, results_root, workers)
         submission = launch_local(spec, plan.to_launch, results_root, run_fn=run_fn, force=force, display=display,
                                   sys_path=sys_path, group=group if group.enabled else None,
                                   force_since=force_since, workers=workers)

@@ -144,17 +144,19 @@ class Board:
         return f"{self.title}: {len(self.lines)} runs: {', '.join(parts)} ({elapsed:.0f} s)"
 
     def render(self):
+        from rich.markup import escape
         from rich.table import Table
 
-        table = Table(title=self.summary(), title_justify="left", expand=False)
+        table = Table(title=escape(self.summary()), title_justify="left", expand=False)
         for column in ("run", "method", "params", "state", "iter", "phase", "reward", "error"):
             table.add_column(column, no_wrap=column != "error")
         for line in self.lines:
             iteration = "" if line.step is None else f"{line.step}/{line.iterations or '?'}"
             reward = "" if line.reward is None else f"{line.reward:.4f}"
             style = STATE_STYLES.get(line.state, "")
-            table.add_row(line.run_id[:8], line.method, line.label, f"[{style}]{line.state}[/]", iteration,
-                          line.phase if line.state == "running" else "", reward, line.error)
+            # text from the runs is shown as written: "[enforce fail at ...]" in an error is no markup
+            table.add_row(escape(line.run_id[:8]), escape(line.method), escape(line.label), f"[{style}]{line.state}[/]",
+                          iteration, escape(line.phase) if line.state == "running" else "", reward, escape(line.error))
         return table
 
 

@@ -3,7 +3,8 @@
 Layout of one run, ``results/<experiment>/<run_id>/``::
 
     spec.json      the resolved RunConfig (written by the launcher)
-    env.json       git SHA + dirty flag, package versions, device, host, Slurm ids (launcher)
+    env.json       git SHA + dirty flag, package versions, device, host, Slurm ids, threads (launcher);
+                   every attempt's under ``attempts``, the run's numerics setting (solbench.numerics)
     status.json    pending | running | done | failed (+ traceback) (launcher)
     checkpoints/   step_<step>.pt, atomic, the last two kept (trainer)
     tb/            TensorBoard events (trainer)
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import errno
 import json
 import logging
 import operator
@@ -41,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solbench.errors import StorageError
+
 log = logging.getLogger(__name__)
 
 #: Append-only tables and the columns every row carries (``run_id`` is added by ``append``).
@@ -55,6 +59,7 @@ STATES = ("pending", "running", "done", "failed")
 STATE_NEW = "new"
 
 CHECKPOINTS_KEPT = 2
+_DAMAGED_STATUS_SAID: set[Path] = set()  # status.json files this process has reported damaged
 _CHECKPOINT_RE = re.compile(r"^step_(\d+)\.pt$")
 
 
@@ -97,24 +102,63 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+_NEARLY_FULL = 1 << 20  # bytes free under which a failed write is put down to a full disk
+
+
+def storage_error(err: BaseException, path: str | os.PathLike | None = None) -> StorageError | None:
+    """``err`` as one StorageError naming the file, when a full disk or a folder that cannot be
+    written caused it (anywhere in its chain), else None. torch's checkpoint writer reports a full
+    disk as a RuntimeError ("unexpected pos 64 vs 0"): with ``path``, a failed write to a file system
+    with almost nothing free is a full disk too (check before removing the partial file)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _DISK_FULL:
+            return StorageError(f"the disk is full: cannot write {path or seen.filename} ({seen.strerror})")
+        if isinstance(seen, OSError) and seen.errno in _NOT_WRITABLE and (path or seen.filename):
+            return StorageError(f"{path or seen.filename}: {seen.strerror}")
+        seen = seen.__cause__ or seen.__context__
+    if path is not None and isinstance(err, Exception):
+        try:
+            stat = os.statvfs(Path(path).parent)
+        except OSError:
+            return None
+        if stat.f_bavail * stat.f_frsize < _NEARLY_FULL:
+            return StorageError(f"the disk is full: cannot write {path} ({stat.f_bavail * stat.f_frsize} bytes free; "
+                                f"{type(err).__name__}: {err})")
+    return None
+
+
+def _raise_storage_error(err: BaseException, path: Path, partial: str | os.PathLike | None = None) -> None:
+    """Raise ``storage_error(err, path)`` if there is one, after removing ``partial`` (a temp file)."""
+    problem = storage_error(err, path)
+    if partial is not None:
+        Path(partial).unlink(missing_ok=True)
+    if problem is not None:
+        raise problem from err
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, fsync: bool = True) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and an atomic rename.
 
     ``fsync=False`` keeps the atomicity (readers see the old or the new file) but not the
     durability across a power cut; for frequently rewritten, disposable files (progress.json).
+    A full disk or a read-only folder raises StorageError naming ``path``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             if fsync:
                 os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        _raise_storage_error(err, path, tmp)
         raise
     if fsync:
         _fsync_dir(path.parent)
@@ -210,16 +254,20 @@ class RunStore:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         data = ("\n".join(lines) + "\n").encode()
-        with open(path, "ab+") as handle:
-            # A killed writer may have left a torn line without its newline: close it off so the
-            # fragment stays one (reported, skipped) corrupt line instead of eating our first row.
-            if handle.tell() > 0:
-                handle.seek(-1, os.SEEK_END)
-                if handle.read(1) != b"\n":
-                    data = b"\n" + data
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(path, "ab+") as handle:
+                # A killed writer may have left a torn line without its newline: close it off so the
+                # fragment stays one (reported, skipped) corrupt line instead of eating our first row.
+                if handle.tell() > 0:
+                    handle.seek(-1, os.SEEK_END)
+                    if handle.read(1) != b"\n":
+                        data = b"\n" + data
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as err:  # a full disk: at worst a torn last line, which a resume drops
+            _raise_storage_error(err, path)
+            raise
 
     def scan(self, table: str) -> TableScan:
         """Rows of ``table`` plus the corrupt lines skipped (see ``read``)."""
@@ -323,17 +371,24 @@ class RunStore:
         self.write_json("status.json", status)
 
     def read_status(self) -> dict:
-        """The stored status, or ``{"state": "new"}`` when the run has never been launched."""
+        """The stored status, or ``{"state": "new"}`` when the run has never been launched or its
+        status.json is damaged (said once per process: every display and plan reads it again)."""
         try:
             status = self.read_json("status.json")
-        except ValueError:  # a status.json is always written atomically; this is outside damage
-            log.warning("%s: unreadable status.json", self.run_dir)
+        except ValueError as err:  # a status.json is always written atomically; this is outside damage
+            path = self.run_dir / "status.json"
+            if path not in _DAMAGED_STATUS_SAID:
+                _DAMAGED_STATUS_SAID.add(path)
+                what = "is empty" if not path.read_bytes().strip() else f"is not JSON ({err})"
+                log.warning("%s %s: the run reads as new, and `solbench run` launches it again (from its last "
+                            "checkpoint, if it has one)", path, what)
             status = None
         return status if isinstance(status, dict) else {"state": STATE_NEW, "run_id": self.run_id}
 
     # -- checkpoints ----------------------------------------------------------------------------
 
-    def _checkpoints(self) -> list[tuple[int, Path]]:
+    def checkpoint_files(self) -> list[tuple[int, Path]]:
+        """(step, path) of every checkpoint file, oldest first (none is loaded)."""
         if not self.checkpoint_dir.is_dir():
             return []
         found = []
@@ -349,24 +404,25 @@ class RunStore:
 
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / f"step_{int(step):08d}.pt"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.checkpoint_dir)
+        tmp = None
         try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.checkpoint_dir)
             with os.fdopen(fd, "wb") as handle:
                 torch.save({"step": int(step), "state": state}, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+        except BaseException as err:  # a full disk named as such: torch says "unexpected pos 64 vs 0"
+            _raise_storage_error(err, path, tmp)
             raise
         _fsync_dir(self.checkpoint_dir)
-        for _, old in self._checkpoints()[:-CHECKPOINTS_KEPT]:
+        for _, old in self.checkpoint_files()[:-CHECKPOINTS_KEPT]:
             old.unlink(missing_ok=True)
         return path
 
     def has_checkpoint(self) -> bool:
         """Whether any checkpoint file exists (cheap: nothing is loaded)."""
-        return bool(self._checkpoints())
+        return bool(self.checkpoint_files())
 
     def latest_checkpoint(self) -> tuple[int, dict] | None:
         """(step, state) of the newest readable checkpoint, or None when there is none.
@@ -375,7 +431,7 @@ class RunStore:
         """
         import torch
 
-        for step, path in reversed(self._checkpoints()):
+        for step, path in reversed(self.checkpoint_files()):
             try:
                 payload = torch.load(path, map_location="cpu", weights_only=False)
             except Exception as err:  # noqa: BLE001 - any unreadable file falls back to the previous one
@@ -604,11 +660,12 @@ def _write_parquet(frame, path: Path) -> None:
             kinds = {type(v) for v in frame[column] if v is not None and not (isinstance(v, float) and pd.isna(v))}
             if len(kinds - {int, float}) > 0 and len(kinds) > 1:
                 frame[column] = frame[column].map(lambda v: None if v is None else str(v))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
         frame.to_parquet(tmp, index=False)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        _raise_storage_error(err, path, tmp)
         raise

@@ -237,7 +237,7 @@ class FidelityBlock(BaseModel):
     checkpoint: str = "sol_rl"  # a method of the spec (its lowest-seed run's final checkpoint) or "base"
     role: Literal["policy", "ema", "old"] = "policy"
     n_prompts: int = Field(default=8, ge=1)  # M: the first M eval prompts of the run
-    seeds: int = Field(default=8, ge=2)  # N seeds per prompt, each at both precisions
+    seeds: int = Field(default=8, ge=3)  # N seeds per prompt, each at both precisions (3+: report.fidelity.MIN_PAIRS)
     recipes: list[str] = Field(default_factory=list)  # default: the run's recipe; "none" = step budget only
     explore_steps: int = Field(default=6, ge=1)
     steps: int = Field(default=10, ge=1)
@@ -733,7 +733,16 @@ class _Resolver:
         check_name("quant.recipe", cfg.quant.recipe, reg.recipes, "quantization recipe")
         for key, name in (("train_prompts", cfg.train_prompts), ("eval.prompts", cfg.eval.prompts)):
             if is_prompt_path(name):
-                continue  # a file: checked when the run is launched (see launch.preflight)
+                # a file: decoded now where it is on this machine (so that no run fails on it in its
+                # worker); one that is not here is looked for at launch (launch.preflight)
+                if reg.prompt_set_size is not None and Path(name).expanduser().is_file():
+                    from solbench.world.prompts import load_prompt_set
+
+                    try:
+                        load_prompt_set(name)
+                    except ConfigError as err:
+                        fail(key, str(err))
+                continue
             if reg.prompt_set_exists is not None and not reg.prompt_set_exists(name):
                 fail(key, f"unknown prompt set {name!r} (embedded sets are named shapes/<split>; files end in "
                           ".txt or .jsonl)")

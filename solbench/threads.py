@@ -7,8 +7,10 @@ the emulated quantizer), and two local `solbench run` started side by side would
 cores. So each run decides its thread count once, before it starts:
 
 1. an explicit setting (``SOLBENCH_THREADS``, or ``threads=`` from the caller) wins;
-2. else Slurm's ``SLURM_CPUS_PER_TASK``;
-3. else the cores this process may run on (``os.sched_getaffinity``), shared fairly with the other
+2. else, for a run resumed from a checkpoint, the count its first attempt recorded (``recorded=``,
+   solbench.numerics: the thread count changes a run's numbers), capped at the cores it may run on;
+3. else Slurm's ``SLURM_CPUS_PER_TASK``;
+4. else the cores this process may run on (``os.sched_getaffinity``), shared fairly with the other
    solbench runs on this machine: each run claims cores through one lock file per core
    (``fcntl`` locks, released by the kernel when a process dies, so a killed run frees its cores),
    pins itself to the cores it claimed and uses that many threads. A run that finds every core
@@ -49,7 +51,7 @@ class CpuAllocation:
     """What one run uses: ``threads`` torch threads, pinned to ``cores`` when it claimed them."""
 
     threads: int
-    source: str  # "explicit" | "slurm" | "claimed" | "all cores taken"
+    source: str  # "explicit" | "recorded" | "recorded, fewer cores" | "slurm" | "claimed" | "all cores taken"
     cores: list[int] = field(default_factory=list)
     # the local worker process this run executes in (solbench.launch), None outside one
     local_worker: str | None = field(default_factory=lambda: os.environ.get(LOCAL_WORKER_ENV) or None)
@@ -97,12 +99,14 @@ def _lock_dir() -> Path:
 
 
 @contextlib.contextmanager
-def claim_cores(cores: list[int]) -> Iterator[list[tuple[int, int]]]:
-    """Lock as many of ``cores`` as are free; yields [(core, fd)] held until the block ends."""
+def claim_cores(cores: list[int], limit: int | None = None) -> Iterator[list[tuple[int, int]]]:
+    """Lock as many of ``cores`` as are free (``limit`` at most); yields [(core, fd)] held until the block ends."""
     held: list[tuple[int, int]] = []
     folder = _lock_dir()
     try:
         for core in cores:
+            if limit is not None and len(held) >= limit:
+                break
             fd = os.open(folder / f"core{core}.lock", os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -118,8 +122,14 @@ def claim_cores(cores: list[int]) -> Iterator[list[tuple[int, int]]]:
 
 
 @contextlib.contextmanager
-def cpu_allocation(threads: int | None = None, *, device: str = "cpu") -> Iterator[CpuAllocation]:
+def cpu_allocation(threads: int | None = None, *, device: str = "cpu",
+                   recorded: int | None = None) -> Iterator[CpuAllocation]:
     """Set torch's thread count (and, for claimed cores, the affinity) for one run; restore both after.
+
+    ``recorded``: the thread count the run's first attempt used (a resume), taken unless an explicit
+    setting asks for another; with fewer cores than that here, one thread per core (source "recorded,
+    fewer cores": the resume cannot reproduce the run's numbers, and its launcher says so). It claims
+    and pins to as many free cores as it uses threads where they are free.
 
     On CUDA the count still matters (data preparation, rewards on CPU) but cores are not claimed:
     one GPU run per Slurm task is the rule there.
@@ -129,7 +139,19 @@ def cpu_allocation(threads: int | None = None, *, device: str = "cpu") -> Iterat
     before_threads = torch.get_num_threads()
     before_affinity = available_cores()
     count, source = requested_threads(threads)
+    if recorded is not None and source != "explicit":
+        count, source = ((recorded, "recorded") if recorded <= len(before_affinity)
+                         else (len(before_affinity), "recorded, fewer cores"))
     try:
+        if source.startswith("recorded") and device == "cpu":
+            with claim_cores(before_affinity, limit=count) as held:
+                cores = [core for core, _ in held] if len(held) == count else []
+                if cores:
+                    _set_affinity(cores)
+                alloc = CpuAllocation(count, source, cores)
+                torch.set_num_threads(alloc.threads)
+                yield alloc
+            return
         if count is not None or device != "cpu":
             alloc = CpuAllocation(count or max(1, len(before_affinity)), source or "device")
             torch.set_num_threads(alloc.threads)

@@ -110,16 +110,49 @@ def report_is_current(spec, run_ids, results: str, reports: str) -> bool:
     return collect_time >= max(written, default=0.0)
 
 
-def print_corrupt_lines(out: Console, corrupt, limit: int = 10) -> None:
-    """Name every unreadable (torn) table line by file and line number."""
-    corrupt = list(corrupt)
+def print_corrupt_lines(out: Console, corrupt, spec_arg: str = "SPEC", limit: int = 10, *,
+                        header: str = "warning: {n} corrupt line(s) in the results tables") -> None:
+    """Name every unreadable (torn or damaged) table line by file and line number, and the command
+    that rewrites its rows."""
+    corrupt = [bad if isinstance(bad, dict) else bad.to_dict() for bad in corrupt]
     if not corrupt:
         return
-    out.print(f"warning: {len(corrupt)} corrupt line(s) in the results tables, skipped when collecting "
-              "(a writer killed mid-write leaves one; resuming the run rewrites its rows):", markup=False)
+    out.print(header.format(n=len(corrupt)) + "; their rows are left out of the collected tables and the report:",
+              markup=False)
     for bad in corrupt[:limit]:
-        path, number, error, text = ((bad["path"], bad["line_number"], bad["error"], bad["text"])
-                                     if isinstance(bad, dict) else (bad.path, bad.line_number, bad.error, bad.text))
-        out.print(f"  {path}:{number}: {error}: {text[:60]!r}", markup=False)
+        out.print(f"  {bad['path']}:{bad['line_number']}: {bad['error']}: {bad['text'][:60]!r}", markup=False)
     if len(corrupt) > limit:
         out.print(f"  ... and {len(corrupt) - limit} more", markup=False)
+    for hint in repair_hints(corrupt, spec_arg):
+        out.print(f"  {hint}", markup=False)
+
+
+def repair_hints(corrupt: list[dict], spec_arg: str) -> list[str]:
+    """The commands that rewrite the rows of ``corrupt`` lines (CorruptLine dicts): resuming a run
+    that is not done drops its torn last line and computes that step again; any other damaged row
+    (of a finished run, or before a run's last checkpoint) only a rerun from scratch rewrites."""
+    from solbench.results import RunStore
+
+    resume, rerun = [], []
+    for run_dir in dict.fromkeys(Path(bad["path"]).parent for bad in corrupt):
+        lines = [bad for bad in corrupt if Path(bad["path"]).parent == run_dir]
+        torn = all(_is_torn_tail(Path(bad["path"]), bad["line_number"]) for bad in lines)
+        done = RunStore(run_dir, run_dir.name).read_status()["state"] == "done"
+        (resume if torn and not done else rerun).append(run_dir.name)
+    hints = []
+    if resume:
+        hints.append(f"`solbench run {spec_arg}` rewrites them: resuming {', '.join(resume)} drops the torn last "
+                     "line and computes its step again")
+    if rerun:
+        hints.append(f"`solbench run {spec_arg} --force --only {' '.join(rerun)}` rewrites them (reruns from "
+                     "scratch: resuming does not rewrite a finished run's rows, nor those before its last checkpoint)")
+    return hints
+
+
+def _is_torn_tail(path: Path, line_number: int) -> bool:
+    """Whether line ``line_number`` of ``path`` is its last line and lacks its newline (a cut-short write)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    return bool(data) and not data.endswith(b"\n") and data.count(b"\n") + 1 == line_number

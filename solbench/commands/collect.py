@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from solbench.commands._common import add_results_argument, add_spec_argument, console, experiment_dir
+from solbench.commands._common import (add_results_argument, add_spec_argument, console, experiment_dir,
+                                       print_corrupt_lines)
 from solbench.results import collect
 from solbench.spec import load_spec
 
@@ -19,16 +20,14 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     spec = load_spec(args.spec)
     result = collect(experiment_dir(spec, args.results), None if args.all else [r.run_id for r in spec.runs])
-    print_collect(result)
+    print_collect(result, args.spec)
     return 0
 
 
-def print_collect(result) -> None:
+def print_collect(result, spec_arg: str = "SPEC") -> None:
     out = console()
     out.print(f"collected {result.runs} runs into {result.experiment_dir}/", markup=False)
     for name, (path, rows) in result.tables.items():
         out.print(f"  {path.name:<20} {rows:>8} rows", markup=False)
-    if result.corrupt:
-        out.print(f"skipped {len(result.corrupt)} corrupt line(s) (listed in collect_report.json):", markup=False)
-        for bad in result.corrupt[:10]:
-            out.print(f"  {bad.path}:{bad.line_number}: {bad.error}: {bad.text[:60]!r}", markup=False)
+    print_corrupt_lines(out, result.corrupt, spec_arg,
+                        header="skipped {n} corrupt line(s) (listed in collect_report.json)")

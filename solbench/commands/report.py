@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from solbench.report import ReportOptions, kinds, write_report
-    from solbench.report.build import resolve_experiment
+    from solbench.report.build import completeness_warnings, resolve_experiment
 
     if args.list:
         for kind in kinds():
@@ -57,8 +57,19 @@ def main(args: argparse.Namespace) -> int:
                              strict=args.strict)
     print(f"report: {index}")
     print(f"        {index.with_name('index.html')}")
-    print_corrupt_lines(console(), _collected_corrupt_lines(Path(results_dir)))
+    out = console()
+    results_dir = Path(results_dir)
+    for warning in completeness_warnings(args.spec, results_dir, _collected_run_ids(results_dir)):
+        out.print(f"warning: {warning}", markup=False)
+    spec_arg = args.spec if Path(args.spec).suffix in (".yaml", ".yml") else "SPEC"
+    print_corrupt_lines(out, _collected_corrupt_lines(results_dir), spec_arg)
     return 0
+
+
+def _collected_run_ids(results_dir: Path) -> list[str]:
+    import pandas as pd
+
+    return [str(r) for r in pd.read_parquet(results_dir / "runs.parquet", columns=["run_id"])["run_id"]]
 
 
 def _collected_corrupt_lines(results_dir: Path) -> list[dict]:

@@ -17,6 +17,7 @@ progress, records results and writes the report. On Slurm the launch profile's t
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def add_arguments(parser) -> None:
                         help="launch profile overriding the spec's (local, debug, gpu, or a .yaml path)")
     parser.add_argument("--force", action="store_true", help="rerun runs that are done (their results are replaced)")
     parser.add_argument("--wait", action="store_true", help="on Slurm, block until every run has ended")
-    parser.add_argument("--workers", metavar="N", default=None,
+    parser.add_argument("--workers", metavar="N", default=None, type=_workers,
                         help="locally: runs at once, each in its own process on its share of the cores "
                              "('auto': one per core; 1: one after another in this process; default: the profile's)")
     add_only_argument(parser)
@@ -46,6 +47,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.add_argument("--run-fn", default=DEFAULT_RUN_FN, metavar="MODULE:FUNCTION",
                         help="the function that executes one run (default: the trainer; for tests and extensions)")
+
+
+def _workers(value: str) -> str:
+    """--workers: a whole number >= 1 or 'auto' (argparse names the flag in its error)."""
+    if value != "auto" and not (value.isdigit() and int(value) >= 1):
+        raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of runs at once (>= 1) or 'auto'")
+    return value
 
 
 def main(args) -> int:
@@ -116,16 +124,33 @@ def main(args) -> int:
             out.print(f"{done} (results in {experiment_dir(spec, args.results)}; --force reruns)", markup=False)
             return 0
         out.print(f"{done}; the report is missing or older than the results: writing it", markup=False)
-        finish_with_report(out, spec, args)
-        return 0
+        return 0 if report_or_say_why(out, spec, args) else 1
+    reported = True
     if not args.no_report:
         run_fidelity_block(out, spec, args)
-        finish_with_report(out, spec, args)
+        reported = report_or_say_why(out, spec, args)
     if failed:
         out.print(f"{len(failed)} run(s) did not finish: {', '.join(failed)} "
                   f"(see `solbench status {args.spec} --tracebacks`)", markup=False)
         return 1
-    return 0
+    return 0 if reported else 1
+
+
+def report_or_say_why(out, spec, args) -> bool:
+    """finish_with_report; where the results cannot be written (a full disk, a read-only folder) one line
+    says so instead of a traceback, and the command goes on to its summary. Returns whether it wrote."""
+    from solbench.errors import SolbenchError
+    from solbench.results import storage_error
+
+    try:
+        finish_with_report(out, spec, args)
+    except (SolbenchError, OSError) as err:
+        problem = err if isinstance(err, SolbenchError) else storage_error(err)
+        if problem is None:
+            raise
+        out.print(f"collect and report failed: {problem}", markup=False)
+        return False
+    return True
 
 
 def run_fidelity_block(out, spec, args) -> list[str]:
@@ -149,7 +174,7 @@ def finish_with_report(out, spec, args) -> Path | None:
 
     with report_lock(args.reports, spec.name):  # one writer at a time; removes a killed writer's leftovers
         result = collect(experiment_dir(spec, args.results), report_run_ids(spec, args.results))
-        print_collect(result)
+        print_collect(result, args.spec)
         try:
             from solbench.report import write_report
         except ImportError:

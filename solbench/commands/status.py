@@ -52,7 +52,7 @@ def main(args) -> int:
         if logs:
             out.print(f"{run_id} {state}: Slurm job log {logs[1]} (stdout {logs[0]})", markup=False)
     print_corrupt_lines(out, [bad for run_id, run_dir in run_dirs.items()
-                              for bad in RunStore(run_dir, run_id).corrupt_lines()])
+                              for bad in RunStore(run_dir, run_id).corrupt_lines()], args.spec)
     if args.tracebacks:
         for run_id, (state, status) in states.items():
             if state == "failed":

@@ -5,7 +5,8 @@ or a results folder), loads ``results/<experiment>/*.parquet`` (``Tables.load``)
 registered report kind and writes ``reports/<experiment>/``:
 
 - ``index.md``: the report, headed with the data hash, the runs' git SHAs, and warnings for mixed
-  code versions, uncommitted code or runs that are not done (which ones, and why they failed);
+  code versions, uncommitted code, runs that are not done (which ones, and why they failed) and
+  tables built from fewer rows or runs than the experiment has (``completeness_warnings``);
 - ``index.html``: the same content as one static page, figures embedded (base64), no network;
 - ``<table>.csv`` for every table (the tidy numbers, not the formatted cells) and ``<figure>.png``
   for every figure (with ``<figure>.csv`` holding the plotted numbers where the plugin gives them).
@@ -79,6 +80,7 @@ def write_report(spec_or_experiment: str | Path, results_root: str | Path = "res
     if options is None:
         options = ReportOptions.from_mapping(spec_options, where=f"{spec_or_experiment}: report")
     tables = Tables.load(results_dir, options)
+    missing = completeness_warnings(spec_or_experiment, results_dir, tables.runs["run_id"])
     selected = [get_kind(k) for k in options.kinds] if options.kinds else kinds()
     sections = []
     for kind in selected:
@@ -95,7 +97,7 @@ def write_report(spec_or_experiment: str | Path, results_root: str | Path = "res
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{experiment}.", dir=final_dir.parent))
     try:
-        markdown = _render(tables, sections, tmp, results_dir)
+        markdown = _render(tables, sections, tmp, results_dir, missing)
         (tmp / "index.md").write_text(markdown)
         (tmp / "index.html").write_text(_html(markdown, tmp, experiment))
         _swap_in(tmp, final_dir)
@@ -105,6 +107,44 @@ def write_report(spec_or_experiment: str | Path, results_root: str | Path = "res
     finally:
         _close_figures(sections)
     return final_dir / "index.md"
+
+
+def completeness_warnings(spec_or_experiment: str | Path, results_dir: Path, collected_run_ids) -> list[str]:
+    """What the collected tables lack, for the report's header and `solbench report`: table lines
+    skipped as corrupt when collecting (collect_report.json), runs of the spec that were not
+    collected (when a spec file is given), and collected runs whose folder has gone since."""
+    import json
+
+    warnings = []
+    spec_arg = str(spec_or_experiment) if Path(spec_or_experiment).suffix in (".yaml", ".yml") else "SPEC"
+    try:
+        corrupt = json.loads((results_dir / "collect_report.json").read_text()).get("corrupt_lines") or []
+    except (OSError, ValueError):
+        corrupt = []
+    if corrupt:
+        files = sorted({bad["path"] for bad in corrupt})
+        warnings.append(f"Built from fewer rows than the runs wrote: {len(corrupt)} corrupt line(s) of "
+                        f"{', '.join(files)} were skipped when collecting (listed in collect_report.json). "
+                        f"`solbench status {spec_arg}` names each line and the command that rewrites it.")
+    collected = {str(r) for r in collected_run_ids}
+    if spec_arg != "SPEC":
+        from solbench.spec import load_spec
+
+        try:
+            wanted = [run.run_id for run in load_spec(spec_arg).runs]
+        except SolbenchError:
+            wanted = []
+        absent = [r for r in wanted if r not in collected]
+        if absent:
+            warnings.append(f"Built from {len(wanted) - len(absent)} of the spec's {len(wanted)} runs: "
+                            f"{', '.join(absent)} were not collected (`solbench run {spec_arg}` runs what is "
+                            "missing, then collects).")
+    gone = sorted(r for r in collected if not (results_dir / r).is_dir())
+    if gone:
+        warnings.append(f"The collected tables hold {len(gone)} run(s) whose folder is gone from {results_dir}: "
+                        f"{', '.join(gone)}. `solbench run {spec_arg}` runs them again and collects; "
+                        f"`solbench collect {spec_arg}` drops them.")
+    return warnings
 
 
 def _swap_in(tmp: Path, final_dir: Path) -> None:
@@ -152,7 +192,7 @@ def _anchor(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def _header(tables: Tables, results_dir: Path) -> list[str]:
+def _header(tables: Tables, results_dir: Path, missing: list[str]) -> list[str]:
     runs = tables.runs
     status = runs["status"].value_counts()
     status_text = ", ".join(f"{int(v)} {k}" for k, v in status.items())
@@ -180,14 +220,14 @@ def _header(tables: Tables, results_dir: Path) -> list[str]:
         f"| devices | {devices} |",
         "",
     ]
-    for warning in tables.provenance_warnings():
+    for warning in missing + tables.provenance_warnings():
         first, *rest = warning.split("\n")
         lines += [f"> **Warning.** {first}"] + (["> "] + [f"> {line}" for line in rest] if rest else []) + [""]
     return lines
 
 
-def _render(tables: Tables, sections, out_dir: Path, results_dir: Path) -> str:
-    lines = _header(tables, results_dir)
+def _render(tables: Tables, sections, out_dir: Path, results_dir: Path, missing: list[str]) -> str:
+    lines = _header(tables, results_dir, missing)
     lines += ["## Contents", ""]
     for i, (kind, _) in enumerate(sections, 1):
         lines.append(f"{i}. [{kind.title}](#{_anchor(f'{i}. {kind.title}')})")

@@ -1,0 +1,42 @@
+"""Run functions that interrupt the real trainer at a chosen point (importable by name in worker processes).
+
+``sigterm_at_eval``: solbench.trainer.train_run, except that the first run of the experiment to finish
+the evaluation of step SOLBENCH_TEST_SIGTERM_AT sends SIGTERM to its own process there: its eval rows
+are written, the checkpoint of that step is not. Once per experiment folder (a marker file), so the
+resumed attempt runs through; before the signal it waits until every other run of the experiment has
+a checkpoint, so that each run has started (and recorded its setting) when the attempt dies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from solbench.config import RunConfig
+from solbench.results import RunStore
+from solbench.trainer import train_run
+
+
+def sigterm_at_eval(cfg: RunConfig, store: RunStore, progress=None) -> dict:
+    at = int(os.environ.get("SOLBENCH_TEST_SIGTERM_AT", "-1"))
+    experiment = store.run_dir.parent
+
+    def relay(run_id, step, phase, info):
+        if progress is not None:
+            progress(run_id, step, phase, info)
+        if phase != "eval" or step != at:
+            return
+        try:
+            os.close(os.open(experiment / ".sigterm-sent", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return  # sent once already: this is the resumed attempt, or the other run
+        others = [d for d in experiment.iterdir() if d.is_dir() and d != store.run_dir and (d / "spec.json").exists()]
+        deadline = time.monotonic() + 300
+        while not all(RunStore(d, d.name).has_checkpoint() for d in others):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the other runs of the experiment never wrote a checkpoint")
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    return train_run(cfg, store, progress=relay)
