@@ -772,6 +772,18 @@ class _Resolver:
             fail("eval.n_prompts", f"must be >= 1 or null (all), got {cfg.eval.n_prompts}")
         if cfg.finetune.mode not in ("lora", "full"):
             fail("finetune.mode", f"must be lora or full, got {cfg.finetune.mode!r}")
+        if cfg.finetune.lora_init not in (None, "gaussian", "kaiming"):
+            fail("finetune.lora_init", f"must be gaussian, kaiming or null (the model's default), got "
+                                       f"{cfg.finetune.lora_init!r}")
+        if cfg.finetune.ema_every < 1:
+            fail("finetune.ema_every", f"must be >= 1, got {cfg.finetune.ema_every}")
+        if reg.models is not None:
+            from solbench.models import check_model_settings
+
+            try:
+                check_model_settings(cfg.model)
+            except ConfigError as err:
+                raise ConfigError(f"{where}: {err}") from None
         if cfg.device not in ("auto", "cpu", "cuda"):
             fail("device", f"must be auto, cpu or cuda, got {cfg.device!r}")
         if cfg.quant.backend not in ("emulated", "te", "auto"):
