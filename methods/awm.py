@@ -33,8 +33,9 @@ Deviations from the reference:
   stochastic transition with a constant tau (it keeps the tiny model's numbers).
 - Guidance: every loss forward (v_theta, v_ref, v_slow) uses the rollout's resolved guidance, so a run
   with guidance 1.0 never falls back to the model's CFG default.
-- The evaluation EMA (harness, decay 0.9 by default) is separate from the slow copy, as in the
-  reference (its ema_decay 0.99 EMA vs its "ema" adapter).
+- The evaluation EMA (harness: finetune.ema_decay, 0.99 in the real specs as the reference's
+  ema_decay, every step) is separate from the slow copy, as in the reference (its EMAModuleWrapper vs
+  its "ema" adapter).
 - NaN/inf losses stop the run.
 
 Cost (issue 17 reported 9.9 s per AWM iteration against 0.9-2.5 s for the other methods at the same

@@ -30,8 +30,9 @@ class ModelConfig:
     # Sol-RL reference's: 128 for FLUX and SD3 (train_flux1.py / train_sd3.py TEXT_ENCODER_MAX_SEQ_LEN), 300 for SANA
     text_max_length: int | None = None
     # SANA only: prepend SanaPipeline's "complex human instruction" to every prompt (the pipeline's __call__
-    # default); False = the prompt alone, as Sol-RL's train_sana.py encodes it (encode_prompt's default)
-    prompt_instruction: bool = False
+    # default); False = the prompt alone, as Sol-RL's train_sana.py encodes it (encode_prompt's default);
+    # None = the model's default (False)
+    prompt_instruction: bool | None = None
     # a native (non-diffusers) transformer checkpoint, a file or "<repo id>/<file>" in the Hugging Face cache;
     # SANA: the linear-FFN SANA 1.6B of Sol-RL's configs/sol_rl/sana.py (SANA_LinearFFN.pth), loaded into a
     # SanaTransformer2DModel whose feed-forward is Linear (solbench.models.sana_linear); None = model.path's own
@@ -108,10 +109,12 @@ class EvalConfig:
 
 # Settings added after runs existed, with the value that reproduces what runs did before them: a run
 # whose value is that one hashes as it did before the setting existed, so its results stay valid (the
-# committed tiny_paper report among them). Any other value is part of the run id as usual.
+# committed tiny_paper report among them). Any other value is part of the run id as usual. Spec
+# expansion writes the real models' defaults out (solbench.models.reference_defaults), so their runs,
+# whose behaviour the defaults changed, get new ids.
 HASHED_ONLY_WHEN_SET: dict[tuple[str, str], Any] = {
     ("model", "text_max_length"): None,
-    ("model", "prompt_instruction"): False,
+    ("model", "prompt_instruction"): None,
     ("model", "checkpoint"): None,
     ("finetune", "ema_every"): 1,
     ("finetune", "lora_init"): None,

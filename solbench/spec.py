@@ -686,6 +686,7 @@ class _Resolver:
             raise
         checked["method_config"] = json.loads(json.dumps(dataclasses.asdict(method_cfg)))
         self._resolve_micro_batches(checked, loc, label)
+        self._resolve_model_defaults(checked)
         config = RunConfig.from_dict(checked)
         self._check_run(config, loc, label)
         return PlannedRun(config=config, axes=used)
@@ -705,6 +706,18 @@ class _Resolver:
             raise ConfigError(f"{self._where(loc)}: run ({label}): {err}") from None
         if "micro_batch_size" in mc:
             mc["micro_batch_size"] = checked["micro_batch"]["train"]
+
+    def _resolve_model_defaults(self, checked: dict) -> None:
+        """A real model's unset text length, prompt instruction and LoRA init written out as its reference
+        defaults (solbench.models.reference_defaults), so the run id says what the run does."""
+        try:
+            from solbench.models import reference_defaults
+        except ImportError:  # the models part is absent
+            return
+        for section, values in reference_defaults(checked["model"]["name"]).items():
+            for key, value in values.items():
+                if checked[section].get(key) is None:
+                    checked[section][key] = value
 
     def _check_run(self, cfg: RunConfig, loc: tuple, label: str) -> None:
         """Names against registries, positive counts and batch arithmetic."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -247,7 +248,8 @@ def test_detach_uncond_leaves_the_velocity_and_takes_g_times_the_conditional_gra
 # -- run ids -----------------------------------------------------------------------------------------------
 def test_settings_added_here_keep_earlier_run_ids_at_their_defaults():
     """A run that does not set them hashes as before they existed (the committed tiny_paper results keep
-    their ids); setting one is a new run."""
+    their ids); setting one is a new run, and expansion writes the real models' reference defaults out
+    (their runs do something else now, so they must not keep their ids)."""
     cfg = RunConfig()
     data = json.loads(cfg.canonical_json())
     assert not {"text_max_length", "prompt_instruction", "checkpoint"} & set(data["model"])
@@ -256,6 +258,10 @@ def test_settings_added_here_keep_earlier_run_ids_at_their_defaults():
                                   ("finetune", "lora_init", "gaussian"), ("model", "checkpoint", "x.pth")):
         other = dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **{field: value})})
         assert other.run_id != cfg.run_id, field
+    from solbench.spec import load_spec
+
+    flux = load_spec(Path(__file__).resolve().parents[1] / "experiments" / "ablation_n.yaml").runs[0].config
+    assert (flux.model.text_max_length, flux.finetune.lora_init) == (128, "gaussian")  # written out: new ids
     awm = RunConfig(method="awm", method_config={"time_type": "discrete_wo_init"})
     assert awm.run_id == RunConfig(method="awm", method_config={}).run_id
     assert RunConfig(method="awm", method_config={"time_type": "discrete"}).run_id != awm.run_id

@@ -17,7 +17,7 @@ from solbench.models.base import Cond, ModelAdapter, shifted_sigmas
 
 __all__ = ["Cond", "ModelAdapter", "MICRO_BATCH_DEFAULTS", "build_adapter", "model_names", "resolve_full_dtype",
            "native_resolution", "resolve_micro_batches", "shifted_sigmas", "default_lora_init", "check_model_settings",
-           "LORA_INITS"]
+           "LORA_INITS", "reference_defaults"]
 
 # Per-rank micro-batches (RunConfig.micro_batch) a spec gets when it sets none: what fits an 80 GB H100
 # (and so a B200) at the native 1024 px with an FP8 explore copy, the four reward models and gradient
@@ -91,9 +91,23 @@ def resolve_full_dtype(name: str, device: torch.device | str) -> torch.dtype:
 # model keeps PEFT's default Kaiming-uniform init, with which its shipped results were made.
 DEFAULT_LORA_INIT = {"tiny": "kaiming", "flux": "gaussian", "sd3": "gaussian", "sana": "gaussian"}
 LORA_INITS = ("gaussian", "kaiming")
+# What a real model's unset text length and prompt instruction mean (the Sol-RL references' values).
+TEXT_MAX_LENGTH = {"flux": 128, "sd3": 128, "sana": 300}
 # Settings only some models have (ModelConfig field -> models that read it).
-MODEL_ONLY_SETTINGS = {"text_max_length": ("flux", "sd3", "sana"), "prompt_instruction": ("sana",),
+MODEL_ONLY_SETTINGS = {"text_max_length": tuple(TEXT_MAX_LENGTH), "prompt_instruction": ("sana",),
                        "checkpoint": ("sana",)}
+
+
+def reference_defaults(model_name: str) -> dict[str, dict]:
+    """The settings a spec leaves unset that expansion writes out for ``model_name``, by section: the
+    real models' reference defaults (so a run's id reflects them); nothing for the tiny model, whose
+    runs keep their ids."""
+    if model_name not in TEXT_MAX_LENGTH:
+        return {}
+    model = {"text_max_length": TEXT_MAX_LENGTH[model_name]}
+    if model_name == "sana":
+        model["prompt_instruction"] = False
+    return {"model": model, "finetune": {"lora_init": default_lora_init(model_name)}}
 
 
 def default_lora_init(model_name: str) -> str:
@@ -140,7 +154,7 @@ def _build_sana(cfg: ModelConfig, device, dtype) -> ModelAdapter:
 
     return SanaAdapter.from_pretrained(cfg.path, device=device, full_dtype=dtype, resolution=cfg.resolution,
                                        cpu_offload=cfg.cpu_offload, max_sequence_length=cfg.text_max_length,
-                                       prompt_instruction=cfg.prompt_instruction, checkpoint=cfg.checkpoint)
+                                       prompt_instruction=bool(cfg.prompt_instruction), checkpoint=cfg.checkpoint)
 
 
 _BUILDERS: dict[str, Callable[[ModelConfig, torch.device, torch.dtype], ModelAdapter]] = {
