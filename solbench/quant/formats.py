@@ -855,8 +855,10 @@ def _fp8_segments(x2d: torch.Tensor, per_row: torch.Tensor, channel: bool):
             yield (slice(None), slice(start, min(start + _CHUNK_ELEMENTS, k))), per_row
 
 
-def _fp8_plan(x: torch.Tensor, granularity: Optional[str], nonfinite: str):
-    """(x2d, amax, encode, decode, finite_mask) for E4M3 with TE's current scaling."""
+def _fp8_plan(x: torch.Tensor, granularity: Optional[str], nonfinite: str, max_value: float = E4M3_MAX,
+              fmt: str = "fp8"):
+    """(x2d, amax, encode, decode, finite_mask) for E4M3 (or the element format whose largest value is
+    ``max_value``) with TE's current scaling."""
     channel = granularity == "channel"
     # Per-tensor scaling is elementwise, so stream it as one long row; per-channel keeps rows.
     x2d = x.reshape(-1, x.shape[-1]) if channel else x.reshape(1, -1)
@@ -864,12 +866,12 @@ def _fp8_plan(x: torch.Tensor, granularity: Optional[str], nonfinite: str):
     finite_mask = None
     if not math.isfinite(float(_max_or_zero(amax))):
         if nonfinite == "error":
-            _raise_nonfinite(x.reshape(-1, x.shape[-1]), "fp8", x.shape)
+            _raise_nonfinite(x.reshape(-1, x.shape[-1]), fmt, x.shape)
         finite_mask = torch.isfinite(x2d)
         x2d = _zero_nonfinite(x2d)
         amax = _fp8_amax(x2d, granularity)
     # TE: scale = 448 / amax, FLT_MAX if that overflows, 1 for an all-zero tensor.
-    encode = torch.full_like(amax, E4M3_MAX).div_(amax).clamp_(max=FLT_MAX)
+    encode = torch.full_like(amax, max_value).div_(amax).clamp_(max=FLT_MAX)
     encode = torch.where(amax == 0, torch.ones_like(encode), encode)
     return x2d, amax, encode, torch.reciprocal(encode), finite_mask
 
@@ -983,21 +985,11 @@ def _fake_quantize_fp8_e5m2(x: torch.Tensor, nonfinite: str) -> torch.Tensor:
     precision at every scale, so the two differ only where a tensor's amax exceeds its history (values
     past 57344 saturate) and in the first forward (unit scale: values below 2**-14 lose precision).
     """
-    x2d = x.reshape(1, -1)
-    finite_mask = None
-    amax = _fp8_amax(x2d, None)
-    if not math.isfinite(float(amax)):
-        if nonfinite == "error":
-            _raise_nonfinite(x.reshape(-1, x.shape[-1]), "fp8_e5m2", x.shape)
-        finite_mask = torch.isfinite(x2d)
-        x2d = _zero_nonfinite(x2d)
-        amax = _fp8_amax(x2d, None)
-    encode = torch.full_like(amax, E5M2_MAX).div_(amax).clamp_(max=FLT_MAX)
-    encode = torch.where(amax == 0, torch.ones_like(encode), encode)
+    x2d, _, encode, decode, finite_mask = _fp8_plan(x, None, nonfinite, max_value=E5M2_MAX, fmt="fp8_e5m2")
     y = x2d.float() * encode
     magic = torch.empty(y.shape, dtype=torch.int32, device=y.device)
     _round_to_grid_(y, magic, _E5M2)
-    out = y.mul_(torch.reciprocal(encode)).to(x.dtype)
+    out = y.mul_(decode).to(x.dtype)
     if finite_mask is not None:
         out[~finite_mask] = float("nan")
     return out.view(-1, x.shape[-1])
