@@ -4,12 +4,13 @@ Paper: "Advantage Weighted Matching: Aligning RL with Pretraining in Diffusion M
 arXiv 2509.25050. Reference repository: scxue/advantage_weighted_matching
 (advantage_weighted_matching/scripts/train_sd3_awm.py, config/dgx_awm.py).
 
-Per iteration: the policy draws G samples per prompt (any sampler; the reference uses a stochastic
-SA-solver, here solbench.sampling "awm_sde"). Advantages (global std) are clipped to 5 and scaled to
-[-1, 1]. Each sample's final x0 is re-noised at ``train_timesteps`` schedule points, stratified over
-the sampler's indices (``time_type``: "discrete_wo_init", indices 1 .. int(T * timestep_fraction), the
-reference's GenEval/OCR configs; "discrete", indices 0 .. int(T * timestep_fraction), its PickScore
-config, whose first stratum includes t = 1), with fresh eps: x_t = (1 - t) x0 + t eps. With d = mean |v_theta(x_t) - (eps - x0)|^2 the loss is
+Per iteration: the policy draws G samples per prompt (any sampler; the reference uses its order-2
+SA-Solver, solbench.sampling "sa_solver", or "awm_sde", its first-order transition). Advantages
+(global std) are clipped to 5 and scaled to [-1, 1]. Each sample's final x0 is re-noised at
+``train_timesteps`` schedule points, stratified over the sampler's indices (``time_type``:
+"discrete_wo_init", indices 1 .. int(T * timestep_fraction), the reference's GenEval/OCR configs;
+"discrete", indices 0 .. int(T * timestep_fraction), its PickScore config, whose first stratum includes
+t = 1), with fresh eps: x_t = (1 - t) x0 + t eps. With d = mean |v_theta(x_t) - (eps - x0)|^2 the loss is
 
     mean(A d) + kl_beta mean |v_theta - v_ref|^2 + slow_beta mean |v_theta - v_slow|^2
 

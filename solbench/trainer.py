@@ -543,8 +543,9 @@ class Trainer:
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         return {"step": self.step, "wall_s": self.wall_s, "images_seen": self.images_seen,
-                "optimizer_steps": self.optimizer_steps, "nets": self.nets.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "method": self.method.state_dict(), "rng": rng, "run_id": self.store.run_id}
+                "optimizer_steps": self.optimizer_steps, "nets": self.nets.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "method": self.method.state_dict(), "rng": rng,
+                "run_id": self.store.run_id}
 
     def load_state_dict(self, state: dict) -> None:
         self.step = int(state["step"])
