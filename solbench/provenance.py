@@ -51,7 +51,8 @@ REQUIRED = (
     "derived.group_size", "derived.candidates_per_prompt", "world_size", "sampling.steps",
     "derived.rollout_sampler", "derived.rollout_shift", "derived.rollout_guidance", "finetune.mode", "finetune.lr",
     "finetune.adam_betas", "finetune.weight_decay", "finetune.grad_clip", "finetune.lora_rank",
-    "finetune.lora_alpha", "finetune.lora_targets", "derived.lora_init", "eval.use_ema", "derived.old_policy_decay", "derived.kl_beta", "derived.clip_range",
+    "finetune.lora_alpha", "finetune.lora_targets", "derived.lora_init", "eval.use_ema", "derived.old_policy_decay",
+    "derived.kl_beta", "derived.clip_range",
     "method_config.adv_clip", "method_config.timestep_fraction", "derived.trained_timesteps",
     "derived.optimizer_steps_per_rollout", "derived.reward_weights", "eval.prompts", "eval.n_prompts",
     "sampling.eval_steps", "derived.eval_sampler", "eval.rewards",
@@ -212,7 +213,6 @@ class Row:
     def expected(self) -> Any:
         """What the spec must resolve to: the reference's value, or solbench's for a deviation."""
         return self.solbench if self.deviation else self.value
-
 
 
 @dataclass

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from solbench.models.sana import SanaAdapter
-from solbench.provenance import optimizer_steps_per_iteration
 from solbench.models.sd3 import SD3Adapter
+from solbench.provenance import optimizer_steps_per_iteration
 from solbench.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,6 @@ def runs_by_method(model):
     for run in spec.runs:
         by_method.setdefault(run.config.method, []).append(run.config)
     return by_method
-
 
 
 @pytest.mark.parametrize("model", sorted(SPECS))
