@@ -4,11 +4,13 @@ Paper: "Advantage Weighted Matching: Aligning RL with Pretraining in Diffusion M
 arXiv 2509.25050. Reference repository: scxue/advantage_weighted_matching
 (advantage_weighted_matching/scripts/train_sd3_awm.py, config/dgx_awm.py).
 
-Per iteration: the policy draws G samples per prompt (any sampler; the reference uses a stochastic
-SA-solver, here solbench.sampling "awm_sde"). Advantages (global std) are clipped to 5 and scaled to
-[-1, 1]. Each sample's final x0 is re-noised at ``train_timesteps`` schedule points, stratified over
-the sampler's indices 1 .. int(T * timestep_fraction) (the reference's "discrete_wo_init"), with fresh
-eps: x_t = (1 - t) x0 + t eps. With d = mean |v_theta(x_t) - (eps - x0)|^2 the loss is
+Per iteration: the policy draws G samples per prompt (any sampler; the reference uses its order-2
+SA-Solver, solbench.sampling "sa_solver", or "awm_sde", its first-order transition). Advantages
+(global std) are clipped to 5 and scaled to [-1, 1]. Each sample's final x0 is re-noised at
+``train_timesteps`` schedule points, stratified over the sampler's indices (``time_type``:
+"discrete_wo_init", indices 1 .. int(T * timestep_fraction), the reference's GenEval/OCR configs;
+"discrete", indices 0 .. int(T * timestep_fraction), its PickScore config, whose first stratum includes
+t = 1), with fresh eps: x_t = (1 - t) x0 + t eps. With d = mean |v_theta(x_t) - (eps - x0)|^2 the loss is
 
     mean(A d) + kl_beta mean |v_theta - v_ref|^2 + slow_beta mean |v_theta - v_slow|^2
 
@@ -22,13 +24,19 @@ Deviations from the reference:
 - d is the plain mean squared velocity error ("Uniform" weighting); the reference's configs use a
   generalised-Huber weighting (power 0.25, times t).
 - Defaults are the reference's GenEval config (config/dgx_awm.py geneval_sd3_no_cfg_*: noise_level
-  0.4, kl_beta 1e-3); its OCR config uses kl_beta 3e-3, its PickScore config noise_level 0 (a
-  deterministic SA-solver) and kl_beta 1e-4, which the real specs (PickScore prompts) set. All of
-  them: 14 steps, no CFG (guidance 1.0), one optimizer step per rollout (on-policy).
+  0.4, kl_beta 1e-3, time_type discrete_wo_init); its OCR config uses kl_beta 3e-3, its PickScore
+  config noise_level 0 (a deterministic SA-solver), kl_beta 1e-4 and time_type discrete, which the
+  real specs (PickScore prompts) set. All of them: 14 steps, no CFG (guidance 1.0), one optimizer step
+  per rollout (on-policy).
+- Sampler: ``sampler="sa_solver"`` is the reference's rollout sampler (use_sa_solver: SA-Solver,
+  predictor and corrector of order 2 in PEC mode, tau = noise_level on 0.3 <= t <= 0.9; see
+  solbench.sampling), which the real specs use. The default ``awm_sde`` is its first-order
+  stochastic transition with a constant tau (it keeps the tiny model's numbers).
 - Guidance: every loss forward (v_theta, v_ref, v_slow) uses the rollout's resolved guidance, so a run
   with guidance 1.0 never falls back to the model's CFG default.
-- The evaluation EMA (harness, decay 0.9 by default) is separate from the slow copy, as in the
-  reference (its ema_decay 0.99 EMA vs its "ema" adapter).
+- The evaluation EMA (harness: finetune.ema_decay, 0.99 in the real specs as the reference's
+  ema_decay, every step) is separate from the slow copy, as in the reference (its EMAModuleWrapper vs
+  its "ema" adapter).
 - NaN/inf losses stop the run.
 
 Cost (issue 17 reported 9.9 s per AWM iteration against 0.9-2.5 s for the other methods at the same
@@ -63,10 +71,13 @@ from solbench.methods.diffusion_nft import old_policy_decay
 @dataclass
 class AWMConfig:
     group_size: int = help_field(24, "samples per prompt (G)")
-    sampler: Literal["awm_sde", "euler", "dpm2"] = help_field("awm_sde", "rollout sampler")
-    noise_level: float = help_field(0.4, "SA-solver stochasticity tau (awm_sde only)")
+    sampler: Literal["awm_sde", "sa_solver", "euler", "dpm2"] = help_field(
+        "awm_sde", "rollout sampler (sa_solver: the reference's order-2 SA-Solver)")
+    noise_level: float = help_field(0.4, "SA-solver stochasticity tau (awm_sde, sa_solver)")
     train_timesteps: int = help_field(6, "re-noising timesteps per sample, stratified over the schedule")
-    timestep_fraction: float = help_field(0.9, "strata cover schedule indices 1 .. int(T * fraction)")
+    timestep_fraction: float = help_field(0.9, "strata cover schedule indices up to int(T * fraction)")
+    time_type: Literal["discrete_wo_init", "discrete"] = help_field(
+        "discrete_wo_init", "strata start at index 1 (discrete_wo_init) or 0, t = 1 (discrete)")
     adv_clip: float = help_field(5.0, "advantages are clipped to [-adv_clip, adv_clip] ...")
     advantage_max: float = help_field(1.0, "... then scaled to [-advantage_max, advantage_max]")
     global_std: bool = help_field(True, "normalise advantages by the std over the whole batch, not per prompt")
@@ -85,10 +96,12 @@ class AWMConfig:
             raise ValueError(f"timestep_fraction must be in (0, 1], got {self.timestep_fraction}")
 
 
-def stratified_indices(n_steps: int, n_strata: int, fraction: float, generator: torch.Generator) -> torch.Tensor:
-    """One schedule index per stratum of [1, int(n_steps * fraction)] (the reference's discrete_wo_init)."""
+def stratified_indices(n_steps: int, n_strata: int, fraction: float, generator: torch.Generator,
+                       first: int = 1) -> torch.Tensor:
+    """One schedule index per stratum of [first, int(n_steps * fraction)]: first = 1 is the reference's
+    discrete_wo_init, first = 0 its discrete (train_sd3_awm.py, config.time_type)."""
     top = max(1, int(n_steps * fraction))
-    bounds = torch.linspace(1, top, n_strata + 1).long()
+    bounds = torch.linspace(first, top, n_strata + 1).long()
     lower, upper = bounds[:-1], bounds[1:]
     u = torch.rand(n_strata, generator=generator)
     return (lower + (u * (upper - lower)).long()).clamp(max=n_steps - 1)
@@ -105,7 +118,7 @@ class AWM(Method):
     timed_phases = frozenset({"rollout", "reward"})  # what one iteration times besides "train"
 
     def sampler_spec(self) -> SamplerSpec:
-        noise = self.config.noise_level if self.config.sampler == "awm_sde" else 0.0
+        noise = self.config.noise_level if self.config.sampler in ("awm_sde", "sa_solver") else 0.0
         return SamplerSpec(self.config.sampler, self.run.steps, noise_level=noise, guidance=self.run.guidance,
                            shift=self.run.shift)
 
@@ -130,7 +143,8 @@ class AWM(Method):
         x0, sigmas = batch.data["x0"], batch.data["sigmas"]
         slices = micro_batches(x0.shape[0], cfg.micro_batch_size)
         for mb, sl in enumerate(slices):
-            indices = stratified_indices(len(sigmas) - 1, cfg.train_timesteps, cfg.timestep_fraction, it.generator)
+            indices = stratified_indices(len(sigmas) - 1, cfg.train_timesteps, cfg.timestep_fraction, it.generator,
+                                         first=0 if cfg.time_type == "discrete" else 1)
             order = torch.randperm(cfg.train_timesteps, generator=it.generator)
             for k in order.tolist():
                 b = x0[sl].shape[0]

@@ -19,9 +19,12 @@ Deviations from the reference:
   2025-08); constants cancel in the ratio either way.
 - The reference trains sample by sample (train_batch_size 1) and steps the optimizer every
   gradient_accumulation_steps = 4 samples per GPU, so all but the first samples of a rollout train
-  off-policy and the clip acts. Here ``finetune.optimizer_steps`` sets the steps per iteration (the
-  real specs: samples per rank / 4 = 18) and ``micro_batch_size`` is only a memory setting. The
-  reference fine-tunes all weights at lr 1e-5; the real specs use the paper's shared LoRA setting.
+  off-policy and the clip acts. Each rank rolls out one prompt x 12, so a rollout gets 3 optimizer
+  steps and a sample is at most 2 updates stale. Here ``finetune.optimizer_steps`` sets the steps per
+  iteration (the real specs: 3, over the paper's 48 prompts, so each step takes 16 prompts' samples)
+  and ``micro_batch_size`` is only a memory setting. The reference fine-tunes all weights at lr 1e-5;
+  the real specs use the paper's shared LoRA setting. The reference keeps no evaluation EMA (the real
+  specs evaluate the policy: eval.use_ema false).
 - The SDE noise of step j is keyed by each candidate's own index, while the initial noise is the
   group's (engine noise_idx); NaN/inf losses stop the run.
 """

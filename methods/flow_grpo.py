@@ -21,7 +21,16 @@ at 4 steps, 0.15 at 6, 0.08 at 10), and on a pixel-space model (the tiny one) 4-
 scored mostly on that noise (shapes_geneval 0.15 against 0.40 for Euler; 0.39 at 10 steps).
 
 Guidance: the rollouts and every loss forward (v_theta and v_ref) use the rollout's resolved guidance
-(``rollout.sampler.guidance``): CFG 4.5 on SD3.5 as the reference, distilled 3.5 on FLUX.1-dev.
+(``rollout.sampler.guidance``): CFG 4.5 on SD3.5 as the reference, distilled 3.5 on FLUX.1-dev. Under
+CFG the policy's unconditional branch is detached, as the reference's compute_log_prob does
+(``noise_pred_uncond.detach()``, flow_grpo scripts/train_sd3.py): the velocity is the same, its
+gradient g grad v_cond instead of g grad v_cond - (g - 1) grad v_uncond.
+
+Sample order: the reference shuffles the kept samples (``torch.randperm(total_batch_size)``) before
+splitting them into its training batches, so each optimizer step trains on a random half of the
+rollout. Here the samples are permuted with ``it.generator`` before the micro-batch split whenever
+there is more than one micro-batch (within a single micro-batch an order changes only the summation
+order of its mean).
 
 Optimizer steps: the reference steps twice per rollout batch (gradient_accumulation_steps =
 num_batches_per_epoch // 2), so the second half of the batch trains on samples of a policy one update
@@ -40,6 +49,10 @@ Deviations from the reference:
   micro-batch's loss is its mean over trained timesteps, and the micro-batches of one optimizer step
   are averaged (finetune.optimizer_steps or grad_accum decide the steps).
 - The KL weight is ``kl_beta`` (the reference's train.beta); NaN/inf losses stop the run.
+- Evaluation EMA (harness: finetune.ema_decay 0.9, finetune.ema_every 8 in the real specs, the
+  reference's EMAModuleWrapper(decay=0.9, update_step_interval=8)): the reference calls ema.step after
+  every training micro-batch with the optimizer-step count, so a triggering count updates the EMA once
+  per micro-batch of that step (gradient_accumulation_steps times); here once per trigger.
 """
 
 from __future__ import annotations
@@ -129,12 +142,16 @@ class FlowGRPO(Method):
         n_samples, n_steps = data["log_probs"].shape
         n_train = max(1, int(n_steps * self.config.timestep_fraction))
         slices = micro_batches(n_samples, self.config.micro_batch_size) if n_samples else []
+        # the reference's shuffle before splitting into training batches (module docstring)
+        order = torch.randperm(n_samples, generator=it.generator) if len(slices) > 1 else torch.arange(n_samples)
         for mb, sl in enumerate(slices):
+            rows = order[sl]
+            on = rows.to(data["xs"].device)
             for j in range(n_train):
                 yield Chunk(
-                    data={"x": data["xs"][sl, j], "x_next": data["xs"][sl, j + 1], "j": j, "sigmas": data["sigmas"],
-                          "old_log_prob": data["log_probs"][sl, j], "advantages": data["advantages"][sl],
-                          "prompts": data["prompts"][sl], "guidance": data["guidance"]},
+                    data={"x": data["xs"][on, j], "x_next": data["xs"][on, j + 1], "j": j, "sigmas": data["sigmas"],
+                          "old_log_prob": data["log_probs"][on, j], "advantages": data["advantages"][on],
+                          "prompts": [data["prompts"][i] for i in rows.tolist()], "guidance": data["guidance"]},
                     micro_batch=mb, n_micro_batches=len(slices), weight=1.0 / n_train)
 
     def loss(self, engine, chunk: Chunk) -> tuple[torch.Tensor, dict[str, float]]:
@@ -143,7 +160,7 @@ class FlowGRPO(Method):
         cond = engine.encode(chunk.data["prompts"])
         t = sigmas[j].expand(x.shape[0]).to(x.device)
 
-        v = engine.velocity("policy", x, t, cond, chunk.data["guidance"])
+        v = engine.velocity("policy", x, t, cond, chunk.data["guidance"], detach_uncond=True)
         step = step_log_prob(cfg.sampler, x, v, sigmas, j, x_next, cfg.noise_level)
         log_ratio = step.log_prob - chunk.data["old_log_prob"]
         ratio = torch.exp(log_ratio)

@@ -26,6 +26,17 @@ class ModelConfig:
     full_dtype: str = "auto"  # "full" precision dtype: auto = bfloat16 on CUDA, float32 on CPU
     gradient_checkpointing: bool = False
     cpu_offload: bool = False  # offload frozen parts (text encoders, VAE) between uses
+    # text-encoder tokens per prompt (T5 for FLUX and SD3, Gemma for SANA); None = the model's default, the
+    # Sol-RL reference's: 128 for FLUX and SD3 (train_flux1.py / train_sd3.py TEXT_ENCODER_MAX_SEQ_LEN), 300 for SANA
+    text_max_length: int | None = None
+    # SANA only: prepend SanaPipeline's "complex human instruction" to every prompt (the pipeline's __call__
+    # default); False = the prompt alone, as Sol-RL's train_sana.py encodes it (encode_prompt's default);
+    # None = the model's default (False)
+    prompt_instruction: bool | None = None
+    # a native (non-diffusers) transformer checkpoint, a file or "<repo id>/<file>" in the Hugging Face cache;
+    # SANA: the linear-FFN SANA 1.6B of Sol-RL's configs/sol_rl/sana.py (SANA_LinearFFN.pth), loaded into a
+    # SanaTransformer2DModel whose feed-forward is Linear (solbench.models.sana_linear); None = model.path's own
+    checkpoint: str | None = None
 
 
 @dataclass
@@ -44,6 +55,13 @@ class FinetuneConfig:
     # DanceGRPO: one per 4 samples); None = one step per grad_accum micro-batches. Needs grad_accum 1.
     optimizer_steps: int | None = None
     ema_decay: float = 0.9  # EMA of trained weights used for evaluation
+    # the evaluation EMA updates after optimizer step n only when (n + 1) % ema_every == 0, with the warm-up
+    # decay min(ema_decay, (1 + n) / (10 + n)) of flow_grpo's EMAModuleWrapper(update_step_interval=...)
+    ema_every: int = 1
+    # LoRA initialisation: "gaussian" (A ~ N(0, 1/r), B = 0: every reference's init_lora_weights="gaussian"),
+    # "kaiming" (PEFT's default, Kaiming-uniform A), or None = the model's default (solbench.models.default_lora_init:
+    # gaussian on FLUX, SD3 and SANA; kaiming on the tiny model, whose shipped results were made with it)
+    lora_init: str | None = None
 
 
 @dataclass
@@ -89,6 +107,21 @@ class EvalConfig:
     grid_prompts: int = 8  # prompts shown in the saved sample grid
 
 
+# Settings added after runs existed, with the value that reproduces what runs did before them: a run
+# whose value is that one hashes as it did before the setting existed, so its results stay valid (the
+# committed tiny_paper report among them). Any other value is part of the run id as usual. Spec
+# expansion writes the real models' defaults out (solbench.models.reference_defaults), so their runs,
+# whose behaviour the defaults changed, get new ids.
+HASHED_ONLY_WHEN_SET: dict[tuple[str, str], Any] = {
+    ("model", "text_max_length"): None,
+    ("model", "prompt_instruction"): None,
+    ("model", "checkpoint"): None,
+    ("finetune", "ema_every"): 1,
+    ("finetune", "lora_init"): None,
+    ("method_config", "time_type"): "discrete_wo_init",  # AWM
+}
+
+
 @dataclass
 class RunConfig:
     experiment: str = "default"
@@ -126,7 +159,11 @@ class RunConfig:
         return cls(**kwargs)
 
     def canonical_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+        data = self.to_dict()
+        for (section, name), unset in HASHED_ONLY_WHEN_SET.items():
+            if section in data and name in data[section] and data[section][name] == unset:
+                del data[section][name]
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
 
     @property
     def run_id(self) -> str:

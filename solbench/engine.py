@@ -239,14 +239,16 @@ class Engine:
         """The context every network call runs in (see ``pad_rows``)."""
         return pad_linear_rows() if self.pad_rows else nullcontext()
 
-    def velocity(self, net: str | nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None = None) -> Tensor:
-        """Velocity of a role (or module) at (x_t, t); carries gradients when the net has them.
+    def velocity(self, net: str | nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None = None,
+                 *, detach_uncond: bool = False) -> Tensor:
+        """Velocity of a role (or module) at (x_t, t); carries gradients when the net has them
+        (``detach_uncond``: not through CFG's unconditional branch, ModelAdapter.velocity).
 
         Computed exactly as during sampling (same padding), so a stored step recomputed with the
         rollout's network gives the rollout's velocity bit for bit. Its FLOPs count toward the
         phase open around the call (``count_velocity_flops``): the "train" phase gets its cost so.
         """
-        v = self._velocity(self.net(net), x_t, t, cond, guidance)
+        v = self._velocity(self.net(net), x_t, t, cond, guidance, detach_uncond)
         self.count_velocity_flops(x_t.shape[0], guidance, backward=v.requires_grad)
         return v
 
@@ -266,7 +268,8 @@ class Engine:
             forwards *= 2.0 if getattr(self.nets, "mode", "full") == "lora" else 3.0
         self.timer.add_flops(forwards)
 
-    def _velocity(self, module: nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None) -> Tensor:
+    def _velocity(self, module: nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None,
+                  detach_uncond: bool = False) -> Tensor:
         n = x_t.shape[0]
         t = torch.as_tensor(t, dtype=torch.float32, device=x_t.device)
         if t.ndim == 0:
@@ -274,10 +277,10 @@ class Engine:
         pad = (-n) % self.batch_multiple
         with self._row_invariant():
             if pad == 0 or n == 0:
-                return self.adapter.velocity(module, x_t, t, cond, guidance)
+                return self.adapter.velocity(module, x_t, t, cond, guidance, detach_uncond)
             last = [n - 1] * pad
             v = self.adapter.velocity(module, torch.cat([x_t, x_t[last]]), torch.cat([t, t[last]]),
-                                      Cond.cat([cond, cond.index(last)]), guidance)
+                                      Cond.cat([cond, cond.index(last)]), guidance, detach_uncond)
         return v[:n]
 
     def rollout_flops(self, n_images: int, sampler: SamplerSpec) -> float | None:

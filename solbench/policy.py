@@ -163,8 +163,13 @@ class PolicyNets(Mapping):
         from peft import LoraConfig, inject_adapter_in_model
 
         transformer.requires_grad_(False)
+        # init: "gaussian" draws A ~ N(0, 1/r) (PEFT's init_lora_weights="gaussian", every reference's choice);
+        # "kaiming" (and None here: the trainer resolves None to the model's default first) is PEFT's default
+        inits = {"gaussian": "gaussian", "kaiming": True, None: True}
+        if finetune.lora_init not in inits:
+            raise ConfigError(f"finetune.lora_init must be gaussian or kaiming, got {finetune.lora_init!r}")
         lora = LoraConfig(r=finetune.lora_rank, lora_alpha=finetune.lora_alpha,
-                          target_modules=list(finetune.lora_targets), init_lora_weights=True)
+                          target_modules=list(finetune.lora_targets), init_lora_weights=inits[finetune.lora_init])
         adapters = [LORA_ADAPTERS[r] for r in ("policy", "old", "ema") if r in self.roles]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Already found a `peft_config`")

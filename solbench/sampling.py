@@ -18,6 +18,13 @@ given a velocity function v(x, t). Kinds:
   constant tau = noise_level), at first order: with r = exp(-(lambda' - lambda)),
   mean = r^{tau^2} (t'/t) x + (1 - t') (1 - r^{1 + tau^2}) x0_hat, std = t' sqrt(1 - r^{2 tau^2}).
   tau = 0 is DDIM; the last step lands on x0_hat (the reference's "denoise to zero").
+- ``sa_solver``: the SA-Solver AWM's reference rolls out with (advantage_weighted_matching
+  flow_grpo/diffusers_patch/sa_solver.py as sd3_pipeline_with_logprob.py calls it: data prediction,
+  predictor (stochastic Adams-Bashforth) and corrector (Adams-Moulton) of order 2 in PEC mode with the
+  few-step correction terms, first corrector skipped, lower orders at the end, last step "denoise to
+  zero"; tau(t) = noise_level for 0.3 <= t <= 0.9, else 0; the schedule's first point moved to 1 - 1e-3
+  and its second-to-last to half the third-to-last). One velocity per step, like Euler. Deterministic
+  when noise_level is 0 (AWM's PickScore config); it has no per-step log-prob.
 
 Stochastic kinds return per-step Gaussian log-probs (float32, averaged over latent dimensions).
 ``step_log_prob`` recomputes a stored transition's log-prob and mean under any network with exactly
@@ -40,7 +47,7 @@ from torch import Tensor
 
 from solbench.errors import ConfigError
 
-SAMPLER_KINDS = ("euler", "dpm2", "flowgrpo_sde", "flowgrpo_cps", "dance_sde", "awm_sde")
+SAMPLER_KINDS = ("euler", "dpm2", "flowgrpo_sde", "flowgrpo_cps", "dance_sde", "awm_sde", "sa_solver")
 STOCHASTIC_KINDS = ("flowgrpo_sde", "flowgrpo_cps", "dance_sde", "awm_sde")
 
 VelocityFn = Callable[[Tensor, Tensor], Tensor]  # (x [B, ...] fp32, t [B] fp32) -> v fp32
@@ -75,10 +82,13 @@ class SamplerSpec:
             raise ConfigError(f"sampler {self.kind}: noise_level must be > 0 (its log-probs need a positive std)")
         if self.kind == "flowgrpo_cps" and self.noise_level > 1:
             raise ConfigError(f"sampler flowgrpo_cps: noise_level must be in (0, 1], got {self.noise_level}")
+        if self.kind == "sa_solver" and self.steps < 2:
+            raise ConfigError(f"sampler sa_solver: needs at least 2 steps (order 2), got {self.steps}")
 
     @property
     def stochastic(self) -> bool:
-        return self.kind in STOCHASTIC_KINDS
+        """Whether sampling draws noise (sa_solver only with tau > 0; it has no per-step log-prob)."""
+        return self.kind in STOCHASTIC_KINDS or (self.kind == "sa_solver" and self.noise_level > 0)
 
     def resolved(self, *, guidance: float | None, shift: float | None) -> "SamplerSpec":
         """A copy with guidance/shift filled from the model's defaults where they were None."""
@@ -227,6 +237,111 @@ def _dpm2_step(x: Tensor, x0_hat: Tensor, prev_x0_hat: Tensor | None, sigmas: Te
     return (t_next / t) * x - phi * x0_hat - 0.5 * phi * c1 * (x0_hat - prev_x0_hat)
 
 
+# --- AWM's SA-Solver -------------------------------------------------------------------------------
+SA_SOLVER_TAU_WINDOW = (0.3, 0.9)  # tau(t) = noise_level inside, 0 outside (sd3_pipeline_with_logprob.py)
+
+
+def sa_solver_times(sigmas: Tensor) -> list[float]:
+    """The times the reference's SA-Solver steps through: the schedule (float32) with its second-to-last
+    point set to half the third-to-last, then its first point to 1 - 1e-3 (so the half-logSNR is finite)."""
+    t = sigmas.to(torch.float32).clone()
+    t[-2] = t[-3] / 2
+    t[0] = 1 - 1e-3
+    return [float(v) for v in t]
+
+
+def _exp_moments(c: float, lam_start: float, lam_end: float) -> tuple[float, float]:
+    """(int e^{c l} dl, int l e^{c l} dl) over [lam_start, lam_end]."""
+    def antiderivatives(lam: float) -> tuple[float, float]:
+        e = math.exp(c * lam)
+        return e / c, e * (c * lam - 1) / (c * c)
+
+    (a0, a1), (b0, b1) = antiderivatives(lam_start), antiderivatives(lam_end)
+    return b0 - a0, b1 - a1
+
+
+def _sa_coefficients(nodes: Sequence[float], lam_prev: float, lam_t: float, tau: float) -> list[float]:
+    """c_k = int_{lam_prev}^{lam_t} e^{(1 + tau^2) l} L_k(l) dl for the Lagrange basis L_k of the
+    (at most two) nodes: the weights of the data predictions in an SA-Solver step."""
+    c = 1 + tau * tau
+    m0, m1 = _exp_moments(c, lam_prev, lam_t)
+    if len(nodes) == 1:
+        return [m0]
+    a, b = nodes
+    return [(m1 - b * m0) / (a - b), (m1 - a * m0) / (b - a)]
+
+
+def _sa_step(x: Tensor, d_values: Sequence[Tensor], nodes: Sequence[float], t_prev: float, t: float, tau: float,
+             noise: Tensor | None, few_step_term: float) -> Tensor:
+    """One SA-Solver update from x at t_prev to t with data predictions ``d_values`` at half-logSNRs
+    ``nodes`` (newest first); ``few_step_term`` is added to the first weight and taken from the second
+    (the order-2 correction the reference applies for few-step sampling)."""
+    lam_prev, lam_t = _half_log_snr(t_prev), _half_log_snr(t)
+    h = lam_t - lam_prev
+    weights = _sa_coefficients(nodes, lam_prev, lam_t, tau)
+    if len(weights) == 2:
+        weights = [weights[0] + few_step_term, weights[1] - few_step_term]
+    tau2 = tau * tau
+    scale = (1 + tau2) * t * math.exp(-tau2 * lam_t)
+    out = (math.exp(-tau2 * h) * t / t_prev) * x
+    for w, d in zip(weights, d_values):
+        out = out + (scale * w) * d
+    if tau > 0 and noise is not None:
+        out = out + (t * math.sqrt(-math.expm1(-2 * tau2 * h))) * noise
+    return out
+
+
+def _sa_few_step_terms(lam_prev: float, lam_t: float, lam_prev2: float, tau: float) -> tuple[float, float]:
+    """The order-2 few-step corrections (predictor, corrector) of a step from lam_prev to lam_t."""
+    c = 1 + tau * tau
+    h = lam_t - lam_prev
+    inner = h * c - 1 + math.exp(-c * h)
+    grow = math.exp(c * lam_t)
+    return grow * (h * h / 2 - inner / (c * c)) / (lam_prev - lam_prev2), grow * (h / 2 - inner / (c * c * h))
+
+
+def _sa_solver_sample(velocity: VelocityFn, x: Tensor, sigmas: Tensor, spec: SamplerSpec,
+                      noise: NoiseFn | None, xs: list[Tensor] | None) -> Tensor:
+    """AWM's SA-Solver (predictor order 2, corrector order 2, PEC) from t ~ 1 to t = 0 (module docstring)."""
+    times = sa_solver_times(sigmas)
+    steps = len(times) - 1
+    batch = x.shape[0]
+
+    def data_prediction(z: Tensor, t: float) -> Tensor:
+        t_row = torch.full((batch,), t, dtype=torch.float32, device=z.device)
+        return z - t * velocity(z, t_row).float()
+
+    def tau_at(t: float) -> float:
+        low, high = SA_SOLVER_TAU_WINDOW
+        return spec.noise_level if low <= t <= high else 0.0
+
+    d_prev = [data_prediction(x, times[0])]  # oldest first
+    t_prev = [times[0]]
+    for step in range(1, steps + 1):
+        t = times[step]
+        draw = noise(step - 1).to(device=x.device, dtype=torch.float32) if spec.stochastic else None
+        if step == steps:  # denoise to zero: the last data prediction is the sample
+            x = d_prev[-1]
+        else:
+            tau = tau_at(t)
+            lam_prev, lam_t = _half_log_snr(t_prev[-1]), _half_log_snr(t)
+            order = 1 if step == 1 else 2
+            nodes = [_half_log_snr(v) for v in reversed(t_prev[-order:])]
+            predictor_term, corrector_term = (
+                _sa_few_step_terms(lam_prev, lam_t, _half_log_snr(t_prev[-2]), tau) if order == 2 else (0.0, 0.0))
+            x_p = _sa_step(x, list(reversed(d_prev[-order:])), nodes, t_prev[-1], t, tau, draw, predictor_term)
+            d_new = data_prediction(x_p, t)
+            if step == 1:  # the first corrector is skipped
+                x = x_p
+            else:
+                x = _sa_step(x, [d_new, d_prev[-1]], [lam_t, lam_prev], t_prev[-1], t, tau, draw, corrector_term)
+            d_prev = (d_prev + [d_new])[-2:]
+        t_prev.append(t)
+        if xs is not None:
+            xs.append(x)
+    return x
+
+
 # --- the sampling loop ---------------------------------------------------------------------------
 def sample(velocity: VelocityFn, x_init: Tensor, sigmas: Tensor, spec: SamplerSpec, *,
            noise: NoiseFn | None = None, keep_trajectory: bool = False) -> tuple[Tensor, Trajectory | None]:
@@ -242,6 +357,12 @@ def sample(velocity: VelocityFn, x_init: Tensor, sigmas: Tensor, spec: SamplerSp
         raise ValueError(f"sampler {spec.kind} is stochastic: pass noise=")
     sigmas = sigmas.to(torch.float32)
     x = x_init.to(torch.float32)
+    if spec.kind == "sa_solver":
+        xs = [x] if keep_trajectory else None
+        x = _sa_solver_sample(velocity, x, sigmas, spec, noise, xs)
+        if not keep_trajectory:
+            return x, None
+        return x, Trajectory(xs=torch.stack(xs, dim=1), ts=torch.tensor(sa_solver_times(sigmas)))
     batch = x.shape[0]
     t_batch = sigmas.to(x.device)[:, None].expand(-1, batch)  # one [B] row per step, made once
     xs = [x] if keep_trajectory else None

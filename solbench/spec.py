@@ -689,6 +689,7 @@ class _Resolver:
             raise
         checked["method_config"] = json.loads(json.dumps(dataclasses.asdict(method_cfg)))
         self._resolve_micro_batches(checked, loc, label)
+        self._resolve_model_defaults(checked)
         config = RunConfig.from_dict(checked)
         self._check_run(config, loc, label)
         return PlannedRun(config=config, axes=used)
@@ -708,6 +709,18 @@ class _Resolver:
             raise ConfigError(f"{self._where(loc)}: run ({label}): {err}") from None
         if "micro_batch_size" in mc:
             mc["micro_batch_size"] = checked["micro_batch"]["train"]
+
+    def _resolve_model_defaults(self, checked: dict) -> None:
+        """A real model's unset text length, prompt instruction and LoRA init written out as its reference
+        defaults (solbench.models.reference_defaults), so the run id says what the run does."""
+        try:
+            from solbench.models import reference_defaults
+        except ImportError:  # the models part is absent
+            return
+        for section, values in reference_defaults(checked["model"]["name"]).items():
+            for key, value in values.items():
+                if checked[section].get(key) is None:
+                    checked[section][key] = value
 
     def _check_run(self, cfg: RunConfig, loc: tuple, label: str) -> None:
         """Names against registries, positive counts and batch arithmetic."""
@@ -784,6 +797,18 @@ class _Resolver:
             fail("eval.n_prompts", f"must be >= 1 or null (all), got {cfg.eval.n_prompts}")
         if cfg.finetune.mode not in ("lora", "full"):
             fail("finetune.mode", f"must be lora or full, got {cfg.finetune.mode!r}")
+        if cfg.finetune.lora_init not in (None, "gaussian", "kaiming"):
+            fail("finetune.lora_init", f"must be gaussian, kaiming or null (the model's default), got "
+                                       f"{cfg.finetune.lora_init!r}")
+        if cfg.finetune.ema_every < 1:
+            fail("finetune.ema_every", f"must be >= 1, got {cfg.finetune.ema_every}")
+        if reg.models is not None:
+            from solbench.models import check_model_settings
+
+            try:
+                check_model_settings(cfg.model)
+            except ConfigError as err:
+                raise ConfigError(f"{where}: {err}") from None
         if cfg.device not in ("auto", "cpu", "cuda"):
             fail("device", f"must be auto, cpu or cuda, got {cfg.device!r}")
         if cfg.quant.backend not in ("emulated", "te", "auto"):

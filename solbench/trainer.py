@@ -12,6 +12,7 @@ networks by role (PolicyNets), the engine and the method, then runs ``cfg.iterat
         after every grad_accum micro-batches (and the last), or finetune.optimizer_steps times per
         iteration (micro-batches split evenly): clip, AdamW step, weights check (non-finite or
         |w| > WEIGHT_LIMIT -> NonFiniteLossError, so the last checkpoint is a finite one), EMA step
+        (every finetune.ema_every optimizer steps)
     method.after_update(nets, step)                              e.g. the old-policy EMA
     engine.sync_explore_copy()                                   phase "sync" (methods with an explore copy)
 
@@ -155,8 +156,13 @@ def build_policy_nets(cfg: RunConfig, adapter, roles, *, explore_source: str = "
     into the result with ``nets.load_state_dict(state["nets"])`` (which re-syncs the explore copy).
     Also used by the standalone fidelity experiment (solbench.fidelity).
     """
+    from solbench.models import default_lora_init
+
     factory, sync = (explore or quant_explore_fns(cfg.quant)) if "explore" in roles else (None, None)
-    return PolicyNets(adapter.transformer, cfg.finetune, roles, explore_source=explore_source,
+    finetune = cfg.finetune
+    if finetune.lora_init is None:  # the model's default: gaussian on the real models, as every reference
+        finetune = dataclasses.replace(finetune, lora_init=default_lora_init(cfg.model.name))
+    return PolicyNets(adapter.transformer, finetune, roles, explore_source=explore_source,
                       explore_factory=factory, explore_sync=sync)
 
 
@@ -262,6 +268,7 @@ class Trainer:
         self.step = 0
         self.wall_s = 0.0
         self.images_seen = 0
+        self.optimizer_steps = 0  # over the run: the evaluation EMA's schedule and warm-up count them
         self._writer = None
 
     # -- the run ------------------------------------------------------------------------------------
@@ -410,8 +417,19 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.check_weights(chunk)
-        self.nets.ema_step()
+        self.optimizer_steps += 1
+        self.maybe_ema_step()
         return float(norm)
+
+    def maybe_ema_step(self) -> None:
+        """The evaluation EMA after optimizer step n = self.optimizer_steps, when (n + 1) % ema_every == 0
+        (flow_grpo's EMAModuleWrapper(update_step_interval=8); every step when 1), with the warm-up decay
+        min(ema_decay, (1 + n) / (10 + n)) counted in optimizer steps, as every reference counts it."""
+        n = self.optimizer_steps
+        if (n + 1) % max(1, self.cfg.finetune.ema_every):
+            return
+        self.nets.ema_updates = n - 1  # PolicyNets.ema_step counts this up to n for its warm-up decay
+        self.nets.ema_step()
 
     def check_weights(self, chunk: Chunk) -> None:
         """Stop when the update left a trained weight non-finite or diverged (|w| > WEIGHT_LIMIT).
@@ -525,14 +543,17 @@ class Trainer:
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         return {"step": self.step, "wall_s": self.wall_s, "images_seen": self.images_seen,
-                "nets": self.nets.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "method": self.method.state_dict(), "rng": rng, "run_id": self.store.run_id}
+                "optimizer_steps": self.optimizer_steps, "nets": self.nets.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "method": self.method.state_dict(), "rng": rng,
+                "run_id": self.store.run_id}
 
     def load_state_dict(self, state: dict) -> None:
         self.step = int(state["step"])
         self.wall_s = float(state["wall_s"])
         self.images_seen = int(state["images_seen"])
         self.nets.load_state_dict(state["nets"])
+        # checkpoints from before ema_every counted the steps in the EMA's update count (one per step)
+        self.optimizer_steps = int(state.get("optimizer_steps", self.nets.ema_updates))
         self.optimizer.load_state_dict(state["optimizer"])
         self.method.load_state_dict(state["method"])
         rng = state["rng"]

@@ -39,7 +39,7 @@ class ToyEngine:
     def encode(self, prompts):
         return None
 
-    def velocity(self, net, x_t, t, cond, guidance=None):
+    def velocity(self, net, x_t, t, cond, guidance=None, *, detach_uncond=False):
         return self.nets[net](x_t, t)
 
 

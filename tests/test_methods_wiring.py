@@ -100,10 +100,11 @@ class RecordingEngine:
     def encode(self, prompts):
         return list(prompts)
 
-    def velocity(self, net, x_t, t, cond, guidance=None):
+    def velocity(self, net, x_t, t, cond, guidance=None, *, detach_uncond=False):
         t = torch.as_tensor(t, dtype=torch.float32).expand(x_t.shape[0])
         self.velocities.append({"context": self.context, "net": net, "guidance": self._resolve(guidance),
-                                "t": t.detach().clone(), "n": x_t.shape[0], "prompts": list(cond)})
+                                "t": t.detach().clone(), "n": x_t.shape[0], "prompts": list(cond),
+                                "detach_uncond": detach_uncond})
         return self.nets[net](x_t, t)
 
     @staticmethod
@@ -263,7 +264,7 @@ def test_grpo_chunks_pair_each_state_with_its_successor(name):
             torch.testing.assert_close(chunk.data["old_log_prob"][row], log_probs[row, j])
 
 
-@pytest.mark.parametrize("sampler,noise", [("awm_sde", 0.4), ("euler", 0.0), ("dpm2", 0.0)])
+@pytest.mark.parametrize("sampler,noise", [("awm_sde", 0.4), ("sa_solver", 0.4), ("euler", 0.0), ("dpm2", 0.0)])
 def test_awm_rolls_out_with_its_sampler_and_noise_only_for_the_sa_solver(sampler, noise):
     """Catches AWM's SA-solver losing its tau (or an ODE getting one) and the PickScore setting 0."""
     engine = RecordingEngine()
@@ -481,3 +482,57 @@ def test_awm_chunks_stratify_over_the_fraction_of_the_schedule(fraction, top):
     for ts in times.values():
         assert len(ts) == len(set(ts)) == 3 and set(ts) <= allowed, (ts, allowed)
     _loss_times_match(chunks, lambda chunk: chunk.data["t"])
+
+
+def test_flow_grpo_detaches_the_unconditional_branch_of_its_policy_velocity():
+    """Catches (issue 23): FlowGRPO's policy velocity keeping the gradient of CFG's unconditional branch
+    (g grad v_c - (g - 1) grad v_u) where the reference detaches it (flow_grpo scripts/train_sd3.py,
+    noise_pred_uncond.detach()); the reference role's no-grad velocity has nothing to detach."""
+    engine = RecordingEngine()
+    run_iteration(make_method("flow_grpo", guidance=4.5, kl_beta=0.01), engine)
+    losses = [v for v in engine.velocities if v["context"] == "loss"]
+    assert {v["net"] for v in losses} == {"policy", "reference"}
+    assert all(v["detach_uncond"] == (v["net"] == "policy") for v in losses)
+
+
+def _chunk_rows(batch, chunk):
+    """The batch rows (positions in batch.data["xs"]) a FlowGRPO chunk holds, found by their states."""
+    xs = batch.data["xs"][:, chunk.data["j"]]
+    return [int(torch.nonzero((xs == row).all(dim=1))[0]) for row in chunk.data["x"]]
+
+
+def test_flow_grpo_shuffles_its_samples_before_splitting_them_into_micro_batches():
+    """Catches (issue 23): FlowGRPO splitting its samples into micro-batches (and so into its two
+    optimizer steps) in prompt order, where the reference shuffles them first (torch.randperm over the
+    batch); the permutation comes from the iteration's generator (a resumed run repeats it)."""
+    method = make_method("flow_grpo", micro_batch_size=2)
+    engine = RecordingEngine()
+    it = iteration()
+    batch = method.collect(engine, PROMPT_IDS, PROMPTS, it)
+    n = batch.data["xs"].shape[0]
+    order = []
+    for chunk in method.chunks(batch, it):
+        if chunk.data["j"] == 0:
+            rows = _chunk_rows(batch, chunk)
+            order += rows
+            torch.testing.assert_close(chunk.data["advantages"], batch.data["advantages"][rows])
+            assert chunk.data["prompts"] == [batch.data["prompts"][r] for r in rows]
+    assert sorted(order) == list(range(n)) and order != list(range(n))
+    again = [r for chunk in method.chunks(batch, iteration()) if chunk.data["j"] == 0 for r in _chunk_rows(batch, chunk)]
+    assert again == order
+
+
+def test_awm_discrete_time_type_starts_its_first_stratum_at_t_1():
+    """Catches (issue 23): AWM's PickScore config trains with time_type "discrete" (strata from index
+    0, t = 1, train_sd3_awm.py); the strata used to start at index 1 whatever the config."""
+    from solbench.methods.awm import stratified_indices
+
+    g = torch.Generator().manual_seed(0)
+    firsts = {int(stratified_indices(14, 6, 0.9, g, first=0)[0]) for _ in range(200)}
+    assert firsts == {0, 1}  # linspace(0, 12, 7) -> the first stratum is [0, 2)
+    method = make_method("awm", time_type="discrete", train_timesteps=6)
+    seen = {round(float(chunk.data["t"][0]), 6)
+            for seed in range(1, 30)
+            for chunk in method.chunks(method.collect(RecordingEngine(), PROMPT_IDS, PROMPTS, iteration(seed)),
+                                       iteration(seed))}
+    assert 1.0 in seen

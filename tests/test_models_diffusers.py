@@ -164,16 +164,54 @@ def test_sd3_adapter_matches_the_sd3_pipeline(guidance):
     torch.testing.assert_close(rollout.images, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_sana_adapter_matches_the_sana_pipeline():
+@pytest.mark.parametrize("prompt_instruction", [False, True])
+def test_sana_adapter_matches_the_sana_pipeline(prompt_instruction):
+    """Catches (False, issue 23): the adapter prepending SanaPipeline's complex human instruction to every
+    prompt, where Sol-RL's train_sana.py encodes the prompt alone (encode_prompt's default None)."""
     from solbench.models.sana import SanaAdapter
 
-    adapter = SanaAdapter.from_components(**sana_components(), resolution=32, max_sequence_length=8)
+    adapter = SanaAdapter.from_components(**sana_components(), resolution=32, max_sequence_length=8,
+                                          prompt_instruction=prompt_instruction)
     check_common(adapter, (4, 16, 16))
     rollout, noise = engine_rollout(adapter, steps=2, guidance=4.5)
+    instruction = {} if prompt_instruction else {"complex_human_instruction": None}  # __call__'s default has one
     expected = adapter.pipe(PROMPTS, height=32, width=32, num_inference_steps=2, sigmas=pipeline_sigmas(2),
                             guidance_scale=4.5, latents=noise, max_sequence_length=8, output_type="pt",
-                            use_resolution_binning=False).images
+                            use_resolution_binning=False, **instruction).images
     torch.testing.assert_close(rollout.images, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_text_encoders_default_to_the_references_128_tokens():
+    """Catches (issue 23): FLUX encoding 512 and SD3 256 T5 tokens where every reference encodes 128
+    (Sana train_flux1.py / train_sd3.py TEXT_ENCODER_MAX_SEQ_LEN, flow_grpo max_sequence_length=128);
+    FLUX and SD3 attend to the padding, so the length changes the conditioning and the cost."""
+    from solbench.models.flux import FluxAdapter
+    from solbench.models.sd3 import SD3Adapter
+
+    flux = FluxAdapter.from_components(**flux_components(), resolution=32)
+    assert flux.encode(["a red cube"])["prompt_embeds"].shape[1] == 128
+    sd3 = SD3Adapter.from_components(**sd3_components(), resolution=32)
+    assert sd3.encode(["a red cube"])["prompt_embeds"].shape[1] == 77 + 128  # CLIP tokens, then T5
+    assert SD3Adapter.from_components(**sd3_components(), resolution=32, max_sequence_length=16).encode(
+        ["a red cube"])["prompt_embeds"].shape[1] == 77 + 16
+
+
+def test_sd3_time_embedding_gets_the_fp32_timestep_in_bf16():
+    """Catches (issue 23): the SD3 adapter casting t * 1000 to the network's bf16 before the time
+    embedding (bf16 spacing is 4 between 512 and 1000, so 753.1 became 752); the pipeline and Sol-RL's
+    train_sd3.py pass the scheduler's fp32 timesteps."""
+    from solbench.models.sd3 import SD3Adapter
+
+    adapter = SD3Adapter.from_components(**sd3_components(), resolution=32, max_sequence_length=16)
+    net = adapter.transformer.to(torch.bfloat16)
+    seen = []
+    hook = net.time_text_embed.register_forward_pre_hook(lambda module, args: seen.append(args[0].clone()))
+    cond = adapter.encode(PROMPTS)
+    t = torch.tensor([0.7531, 0.5127])
+    adapter.velocity(net, torch.randn(2, *adapter.latent_shape), t, cond, guidance=1.0)
+    hook.remove()
+    assert seen[0].dtype == torch.float32
+    torch.testing.assert_close(seen[0], t * 1000, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name,model_id", [("flux", "black-forest-labs/FLUX.1-dev"),

@@ -50,7 +50,7 @@ EVAL_RECORDS = [{"id": "ev-color", "text": "a blue cube", "skill": "color"},
 # model name -> (components, pipeline class, resolution, the recipe of the paper's spec)
 MODELS = {
     "flux": (flux_components, "FluxPipeline", 16, "nvfp4_flux"),   # experiments/flux_main.yaml
-    "sd3": (sd3_components, "StableDiffusion3Pipeline", 16, "nvfp4_flux"),  # experiments/sd35_main.yaml
+    "sd3": (sd3_components, "StableDiffusion3Pipeline", 16, "nvfp4_sd3"),  # experiments/sd35_main.yaml
     "sana": (sana_components, "SanaPipeline", 32, "nvfp4_sana"),  # experiments/sana_main.yaml
 }
 METHOD_CONFIGS = {

@@ -16,7 +16,8 @@ from solbench.errors import ConfigError
 from solbench.models.base import Cond, ModelAdapter, shifted_sigmas
 
 __all__ = ["Cond", "ModelAdapter", "MICRO_BATCH_DEFAULTS", "build_adapter", "model_names", "resolve_full_dtype",
-           "native_resolution", "resolve_micro_batches", "shifted_sigmas"]
+           "native_resolution", "resolve_micro_batches", "shifted_sigmas", "default_lora_init", "check_model_settings",
+           "LORA_INITS", "reference_defaults"]
 
 # Per-rank micro-batches (RunConfig.micro_batch) a spec gets when it sets none: what fits an 80 GB H100
 # (and so a B200) at the native 1024 px with an FP8 explore copy, the four reward models and gradient
@@ -84,6 +85,47 @@ def resolve_full_dtype(name: str, device: torch.device | str) -> torch.dtype:
         raise ConfigError(f"model.full_dtype: unknown dtype {name!r} (auto, native, {', '.join(_DTYPES)})") from None
 
 
+# LoRA initialisation when finetune.lora_init is None: every reference trains its LoRA from
+# init_lora_weights="gaussian" (Sana train_scripts/sol_rl: config.train.lora_init_mode; flow_grpo
+# scripts/train_sd3.py and train_flux.py; advantage_weighted_matching scripts/train_sd3_awm.py). The tiny
+# model keeps PEFT's default Kaiming-uniform init, with which its shipped results were made.
+DEFAULT_LORA_INIT = {"tiny": "kaiming", "flux": "gaussian", "sd3": "gaussian", "sana": "gaussian"}
+LORA_INITS = ("gaussian", "kaiming")
+# What a real model's unset text length and prompt instruction mean (the Sol-RL references' values).
+TEXT_MAX_LENGTH = {"flux": 128, "sd3": 128, "sana": 300}
+# Settings only some models have (ModelConfig field -> models that read it).
+MODEL_ONLY_SETTINGS = {"text_max_length": tuple(TEXT_MAX_LENGTH), "prompt_instruction": ("sana",),
+                       "checkpoint": ("sana",)}
+
+
+def reference_defaults(model_name: str) -> dict[str, dict]:
+    """The settings a spec leaves unset that expansion writes out for ``model_name``, by section: the
+    real models' reference defaults (so a run's id reflects them); nothing for the tiny model, whose
+    runs keep their ids."""
+    if model_name not in TEXT_MAX_LENGTH:
+        return {}
+    model = {"text_max_length": TEXT_MAX_LENGTH[model_name]}
+    if model_name == "sana":
+        model["prompt_instruction"] = False
+    return {"model": model, "finetune": {"lora_init": default_lora_init(model_name)}}
+
+
+def default_lora_init(model_name: str) -> str:
+    """The LoRA init a run of ``model_name`` gets when finetune.lora_init is None."""
+    return DEFAULT_LORA_INIT.get(model_name, "gaussian")
+
+
+def check_model_settings(cfg: ModelConfig) -> None:
+    """ConfigError for a setting the model does not have (e.g. a text length on the tiny model)."""
+    for key, models in MODEL_ONLY_SETTINGS.items():
+        value = getattr(cfg, key)
+        if value not in (None, False) and cfg.name not in models:
+            raise ConfigError(f"model.{key}: {cfg.name!r} has no such setting (only {', '.join(models)}); remove it")
+    if cfg.text_max_length is not None and (not isinstance(cfg.text_max_length, int) or cfg.text_max_length < 1):
+        raise ConfigError(f"model.text_max_length must be an integer >= 1 or null (the model's default), "
+                          f"got {cfg.text_max_length!r}")
+
+
 def _build_tiny(cfg: ModelConfig, device, dtype) -> ModelAdapter:
     from solbench.models.tiny import load_tiny
     from solbench.models.tiny_adapter import TinyAdapter
@@ -97,21 +139,22 @@ def _build_flux(cfg: ModelConfig, device, dtype) -> ModelAdapter:
     from solbench.models.flux import FluxAdapter
 
     return FluxAdapter.from_pretrained(cfg.path, device=device, full_dtype=dtype, resolution=cfg.resolution,
-                                       cpu_offload=cfg.cpu_offload)
+                                       cpu_offload=cfg.cpu_offload, max_sequence_length=cfg.text_max_length)
 
 
 def _build_sd3(cfg: ModelConfig, device, dtype) -> ModelAdapter:
     from solbench.models.sd3 import SD3Adapter
 
     return SD3Adapter.from_pretrained(cfg.path, device=device, full_dtype=dtype, resolution=cfg.resolution,
-                                      cpu_offload=cfg.cpu_offload)
+                                      cpu_offload=cfg.cpu_offload, max_sequence_length=cfg.text_max_length)
 
 
 def _build_sana(cfg: ModelConfig, device, dtype) -> ModelAdapter:
     from solbench.models.sana import SanaAdapter
 
     return SanaAdapter.from_pretrained(cfg.path, device=device, full_dtype=dtype, resolution=cfg.resolution,
-                                       cpu_offload=cfg.cpu_offload)
+                                       cpu_offload=cfg.cpu_offload, max_sequence_length=cfg.text_max_length,
+                                       prompt_instruction=bool(cfg.prompt_instruction), checkpoint=cfg.checkpoint)
 
 
 _BUILDERS: dict[str, Callable[[ModelConfig, torch.device, torch.dtype], ModelAdapter]] = {
@@ -133,6 +176,7 @@ def build_adapter(model_cfg: ModelConfig, device: torch.device | str = "cpu") ->
         close = difflib.get_close_matches(model_cfg.name, _BUILDERS, n=3, cutoff=0.4)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ConfigError(f"model.name: unknown model {model_cfg.name!r}{hint} (models: {', '.join(model_names())})")
+    check_model_settings(model_cfg)
     device = torch.device(device)
     adapter = builder(model_cfg, device, resolve_full_dtype(model_cfg.full_dtype, device))
     if model_cfg.gradient_checkpointing and hasattr(adapter.transformer, "enable_gradient_checkpointing"):

@@ -179,12 +179,15 @@ class ModelAdapter(ABC):
         """Encode distinct prompts (no caching here), tensors on self.device, floats in float32."""
 
     # -- denoiser -----------------------------------------------------------------------------
-    def velocity(self, net: nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None = None) -> Tensor:
+    def velocity(self, net: nn.Module, x_t: Tensor, t: Tensor, cond: Cond, guidance: float | None = None,
+                 detach_uncond: bool = False) -> Tensor:
         """Predicted velocity (float32, shape of x_t) of ``net`` at (x_t, t) for ``cond``.
 
         t is [B] (or a scalar) in [0, 1]. ``guidance`` None means the adapter's default; for CFG
         models a scale of None or 1 is a single conditional forward, otherwise
         v = v_uncond + g (v_cond - v_uncond) with the empty prompt as the unconditional one.
+        ``detach_uncond`` stops the gradient through v_uncond (the same value; the gradient is
+        g grad v_cond), as flow_grpo's compute_log_prob does under CFG.
         """
         if guidance is None:
             guidance = self.default_guidance
@@ -195,6 +198,8 @@ class ModelAdapter(ABC):
             uncond = self.uncond_cond().repeat(x_t.shape[0])
             both = self._forward(net, torch.cat([x_t, x_t]), torch.cat([t, t]), Cond.cat([uncond, cond]), None)
             v_uncond, v_cond = both.chunk(2)
+            if detach_uncond:
+                v_uncond = v_uncond.detach()
             return v_uncond + guidance * (v_cond - v_uncond)
         return self._forward(net, x_t, t, cond, guidance if self.guidance_mode == "distilled" else None)
 

@@ -30,10 +30,13 @@ def _dtype_kwarg() -> str:
 _DTYPE_KWARG = _dtype_kwarg()
 
 
-def load_pipeline(pipeline_cls, path: str, default_id: str, dtype: torch.dtype, gated: bool):
-    """``pipeline_cls.from_pretrained(path, local_files_only=True)`` or a MissingWeightsError."""
+def load_pipeline(pipeline_cls, path: str, default_id: str, dtype: torch.dtype, gated: bool, **components):
+    """``pipeline_cls.from_pretrained(path, local_files_only=True)`` or a MissingWeightsError.
+
+    ``components`` replace pipeline parts (``transformer=None``: not loaded, the caller supplies one).
+    """
     try:
-        return pipeline_cls.from_pretrained(path, **{_DTYPE_KWARG: dtype}, local_files_only=True)
+        return pipeline_cls.from_pretrained(path, **{_DTYPE_KWARG: dtype}, local_files_only=True, **components)
     except (OSError, ValueError, EnvironmentError) as err:
         from solbench.hub import model_download_command
 

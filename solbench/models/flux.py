@@ -4,7 +4,8 @@ Latents are kept unpacked, [16, H/8, W/8] per sample (the shape the pipeline dra
 packed into 2x2 tokens with the pipeline's ``_pack_latents`` around every transformer call, with its
 ``latent_image_ids``. FLUX.1-dev is guidance-distilled: the guidance scale is a transformer input
 (default 3.5), not classifier-free guidance; FLUX.1-schnell has no guidance input. The sigma shift is
-the pipeline's resolution-dependent mu (shift = exp(mu)).
+the pipeline's resolution-dependent mu (shift = exp(mu)). Prompts are encoded to 128 T5 tokens by
+default (train_flux1.py's TEXT_ENCODER_MAX_SEQ_LEN; model.text_max_length; the pipeline's default is 512).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ DEFAULT_ID = "black-forest-labs/FLUX.1-dev"
 
 class FluxAdapter(DiffusersAdapter):
     name = "flux"
-    max_sequence_length = 512
+    max_sequence_length = 128  # T5 tokens: Sol-RL's train_flux1.py and flow_grpo's train_flux.py encode 128
 
     def __init__(self, pipe, *, device="cpu", full_dtype=torch.float32, resolution: int | None = None,
                  cpu_offload: bool = False, max_sequence_length: int | None = None) -> None:
@@ -81,7 +82,7 @@ class FluxAdapter(DiffusersAdapter):
             g = torch.full((b,), 3.5 if guidance is None else float(guidance), device=x_t.device, dtype=torch.float32)
         out = net(
             hidden_states=self.pipe._pack_latents(x_t.to(dtype), b, c, h, w),
-            timestep=t.to(dtype),  # the pipeline passes sigma * 1000 / 1000
+            timestep=t.float(),  # sigma; the transformer casts it to its dtype and scales by 1000 itself
             guidance=g,
             pooled_projections=cond["pooled_prompt_embeds"].to(dtype),
             encoder_hidden_states=embeds,

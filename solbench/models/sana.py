@@ -1,10 +1,18 @@
 """SANA adapter (SanaTransformer2DModel + Gemma-2 text encoder + AutoencoderDC, the 32x DC-AE).
 
-Prompts are encoded as SanaPipeline encodes them by default: with its complex human instruction
-prepended (the default of ``SanaPipeline.__call__``, read from its signature), keeping the last
-``max_sequence_length`` tokens, with the attention mask. The unconditional branch of CFG is the
-empty prompt encoded WITHOUT that instruction, as the pipeline encodes its negative prompt. The
-transformer takes the timestep in the 0..1000 scale times its ``timestep_scale``.
+Prompts are encoded as Sol-RL's train_sana.py encodes them, with ``SanaPipeline.encode_prompt`` and its
+default ``complex_human_instruction=None``: the prompt alone, 300 Gemma tokens with the attention
+mask. ``prompt_instruction=True`` prepends the pipeline's complex human instruction instead (the
+default of ``SanaPipeline.__call__``, read from its signature), keeping token 0 and the last
+``max_sequence_length - 1`` tokens. The unconditional branch of CFG is the empty prompt encoded
+without any instruction, as the pipeline (and train_sana.py) encode the negative prompt. The
+transformer takes the timestep in the 0..1000 scale times its ``timestep_scale``, in float32 (the
+native model of the reference divides sigma by its timestep_norm_scale_factor 0.001 in float32).
+
+``checkpoint`` loads the transformer from a native checkpoint instead of the pipeline folder: the
+linear-FFN SANA 1.6B that Sol-RL trains (solbench.models.sana_linear), built from the pipeline's
+transformer config; its text encoder and VAE are the pipeline's (Sana_1600M_1024px_BF16_diffusers in
+the reference).
 """
 
 from __future__ import annotations
@@ -21,6 +29,13 @@ from solbench.models.diffusers_common import DiffusersAdapter, load_pipeline
 DEFAULT_ID = "Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers"
 
 
+def _transformer_config(path: str) -> dict:
+    """The diffusers transformer config of a pipeline folder or cached repository (never downloads)."""
+    from diffusers import SanaTransformer2DModel
+
+    return dict(SanaTransformer2DModel.load_config(path, subfolder="transformer", local_files_only=True))
+
+
 def _pipeline_default_instruction():
     from diffusers import SanaPipeline
 
@@ -35,12 +50,11 @@ class SanaAdapter(DiffusersAdapter):
 
     def __init__(self, pipe, *, device="cpu", full_dtype=torch.float32, resolution: int | None = None,
                  cpu_offload: bool = False, max_sequence_length: int | None = None,
-                 complex_human_instruction: list[str] | None | bool = True) -> None:
+                 prompt_instruction: bool = False) -> None:
         super().__init__(pipe, device=device, full_dtype=full_dtype, cpu_offload=cpu_offload)
         if max_sequence_length is not None:
             self.max_sequence_length = max_sequence_length
-        self.complex_human_instruction = (_pipeline_default_instruction() if complex_human_instruction is True
-                                          else complex_human_instruction or None)
+        self.complex_human_instruction = _pipeline_default_instruction() if prompt_instruction else None
         cfg = self.transformer.config
         self.resolution = int(resolution or cfg.sample_size * pipe.vae_scale_factor)
         side = self.resolution // pipe.vae_scale_factor
@@ -59,14 +73,23 @@ class SanaAdapter(DiffusersAdapter):
 
     @classmethod
     def from_pretrained(cls, path: str | None = None, *, device="cpu", full_dtype=torch.float32,
-                        **kwargs) -> "SanaAdapter":
+                        checkpoint: str | None = None, **kwargs) -> "SanaAdapter":
         from diffusers import SanaPipeline
 
-        pipe = load_pipeline(SanaPipeline, path or DEFAULT_ID, DEFAULT_ID, full_dtype, gated=False)
+        if checkpoint is None:
+            pipe = load_pipeline(SanaPipeline, path or DEFAULT_ID, DEFAULT_ID, full_dtype, gated=False)
+        else:
+            from solbench.models.sana_linear import DEFAULT_PIPELINE, load_linear_ffn_transformer, resolve_checkpoint
+
+            path = path or DEFAULT_PIPELINE
+            pipe = load_pipeline(SanaPipeline, path, DEFAULT_PIPELINE, full_dtype, gated=False, transformer=None)
+            config = _transformer_config(path)
+            pipe.register_modules(transformer=load_linear_ffn_transformer(config, resolve_checkpoint(checkpoint),
+                                                                          full_dtype))
         return cls(pipe, device=device, full_dtype=full_dtype, **kwargs)
 
     def _encode_batch(self, prompts: list[str]) -> Cond:
-        # encode_prompt prepends the instruction and keeps token 0 plus the last max_length - 1
+        # with an instruction, encode_prompt prepends it and keeps token 0 plus the last max_length - 1
         with self._loaded(*self._text_encoders()):
             embeds, mask, _, _ = self.pipe.encode_prompt(
                 prompts, do_classifier_free_guidance=False, device=self.device, clean_caption=False,
@@ -90,7 +113,7 @@ class SanaAdapter(DiffusersAdapter):
             x_t.to(dtype),
             encoder_hidden_states=cond["prompt_embeds"].to(dtype),
             encoder_attention_mask=cond["attention_mask"],
-            timestep=t * 1000 * self.transformer.config.timestep_scale,
+            timestep=t.float() * 1000 * self.transformer.config.timestep_scale,
             return_dict=False,
         )[0].float()
 

@@ -1,6 +1,9 @@
 """SD3 / SD3.5 adapter (SD3Transformer2DModel + CLIP-L, CLIP-G and T5-XXL text encoders + AutoencoderKL).
 
-Latents [16, H/8, W/8]; the transformer takes the timestep in the pipeline's 0..1000 scale.
+Latents [16, H/8, W/8]; the transformer takes the timestep in the pipeline's 0..1000 scale, in float32
+as the pipeline and Sol-RL's train_sd3.py pass it (the time embedding casts after its sinusoids; a bf16
+timestep would move by up to 2 between 512 and 1000). Prompts are encoded to 128 T5 tokens by default
+(train_sd3.py's TEXT_ENCODER_MAX_SEQ_LEN; model.text_max_length).
 Classifier-free guidance against the empty prompt (encoded by the same pipeline code, as the
 pipeline encodes its default negative prompt); the sigma shift is the scheduler's static shift
 (3.0 for SD3.5).
@@ -22,7 +25,7 @@ class SD3Adapter(DiffusersAdapter):
     name = "sd3"
     guidance_mode = "cfg"
     default_guidance = 4.5  # FlowGRPO's SD3.5 rollout CFG
-    max_sequence_length = 256
+    max_sequence_length = 128  # T5 tokens: Sol-RL's train_sd3.py and flow_grpo's train_sd3.py encode 128
 
     def __init__(self, pipe, *, device="cpu", full_dtype=torch.float32, resolution: int | None = None,
                  cpu_offload: bool = False, max_sequence_length: int | None = None) -> None:
@@ -64,7 +67,7 @@ class SD3Adapter(DiffusersAdapter):
         dtype = net_dtype(net)
         return net(
             hidden_states=x_t.to(dtype),
-            timestep=(t * 1000).to(dtype),
+            timestep=t.float() * 1000,  # fp32, as the pipeline passes it (bf16 spacing is 4 near 1000)
             encoder_hidden_states=cond["prompt_embeds"].to(dtype),
             pooled_projections=cond["pooled_prompt_embeds"].to(dtype),
             return_dict=False,

@@ -53,12 +53,15 @@ __all__ = [
     "NonFiniteError",
 ]
 
-Format = Literal["nvfp4", "mxfp4", "fp8"]
+Format = Literal["nvfp4", "mxfp4", "fp8", "fp8_e5m2"]
 NonFinitePolicy = Literal["error", "propagate"]
-FORMATS: Tuple[str, ...] = ("nvfp4", "mxfp4", "fp8")
+# fp8_e5m2: per-tensor FP8 E5M2 (what TE's DelayedScaling(fp8_format=Format.E2M1) maps to; see
+# _fake_quantize_fp8_e5m2); fake_quantize only.
+FORMATS: Tuple[str, ...] = ("nvfp4", "mxfp4", "fp8", "fp8_e5m2")
 
 FP4_MAX = 6.0
 E4M3_MAX = 448.0
+E5M2_MAX = 57344.0
 FLT_MAX = torch.finfo(torch.float32).max
 NVFP4_BLOCK = 16
 MXFP4_BLOCK = 32
@@ -222,6 +225,8 @@ def quantize(
             so those blocks, and only those, dequantize to NaN.
     """
     fmt = _check_format(fmt)
+    if fmt == "fp8_e5m2":
+        raise ValueError("quantize: fp8_e5m2 has no packed form here; use fake_quantize (the explore copy's path)")
     x = _check_input(x, "quantize", fmt)
     _check_nonfinite_policy(nonfinite)
     with fused.single_thread_if_small(x.numel()):
@@ -255,6 +260,9 @@ def fake_quantize(
         elif fmt == "mxfp4":
             _check_mxfp4_block(block)
             out = _fake_quantize_mxfp4(x, nonfinite)
+        elif fmt == "fp8_e5m2":
+            _check_e5m2_block(block)
+            out = _fake_quantize_fp8_e5m2(x, nonfinite)
         else:
             out = _fake_quantize_fp8(x, _check_fp8_block(block), nonfinite)
         return _unpad_last_dim(out, x.shape)
@@ -313,6 +321,11 @@ def _check_fp8_block(block) -> Optional[str]:
     if block == "channel":
         return "channel"
     raise ValueError(f"fp8 supports block=None (per-tensor scale) or 'channel' (per-row scale), got {block!r}")
+
+
+def _check_e5m2_block(block) -> None:
+    if block is not None and block != "tensor":
+        raise ValueError(f"fp8_e5m2 uses one scale per tensor: block must be None, got {block!r}")
 
 
 def _raise_nonfinite(view: torch.Tensor, fmt: str, shape: torch.Size) -> None:
@@ -402,6 +415,7 @@ class _Grid:
 
 _E2M1 = _Grid(min_exponent=0, mantissa_bits=1, max_value=FP4_MAX)
 _E4M3 = _Grid(min_exponent=-6, mantissa_bits=3, max_value=E4M3_MAX)
+_E5M2 = _Grid(min_exponent=-14, mantissa_bits=2, max_value=E5M2_MAX)
 
 
 def _magic_for_(y: torch.Tensor, magic: torch.Tensor, grid: _Grid) -> torch.Tensor:
@@ -841,8 +855,10 @@ def _fp8_segments(x2d: torch.Tensor, per_row: torch.Tensor, channel: bool):
             yield (slice(None), slice(start, min(start + _CHUNK_ELEMENTS, k))), per_row
 
 
-def _fp8_plan(x: torch.Tensor, granularity: Optional[str], nonfinite: str):
-    """(x2d, amax, encode, decode, finite_mask) for E4M3 with TE's current scaling."""
+def _fp8_plan(x: torch.Tensor, granularity: Optional[str], nonfinite: str, max_value: float = E4M3_MAX,
+              fmt: str = "fp8"):
+    """(x2d, amax, encode, decode, finite_mask) for E4M3 (or the element format whose largest value is
+    ``max_value``) with TE's current scaling."""
     channel = granularity == "channel"
     # Per-tensor scaling is elementwise, so stream it as one long row; per-channel keeps rows.
     x2d = x.reshape(-1, x.shape[-1]) if channel else x.reshape(1, -1)
@@ -850,12 +866,12 @@ def _fp8_plan(x: torch.Tensor, granularity: Optional[str], nonfinite: str):
     finite_mask = None
     if not math.isfinite(float(_max_or_zero(amax))):
         if nonfinite == "error":
-            _raise_nonfinite(x.reshape(-1, x.shape[-1]), "fp8", x.shape)
+            _raise_nonfinite(x.reshape(-1, x.shape[-1]), fmt, x.shape)
         finite_mask = torch.isfinite(x2d)
         x2d = _zero_nonfinite(x2d)
         amax = _fp8_amax(x2d, granularity)
     # TE: scale = 448 / amax, FLT_MAX if that overflows, 1 for an all-zero tensor.
-    encode = torch.full_like(amax, E4M3_MAX).div_(amax).clamp_(max=FLT_MAX)
+    encode = torch.full_like(amax, max_value).div_(amax).clamp_(max=FLT_MAX)
     encode = torch.where(amax == 0, torch.ones_like(encode), encode)
     return x2d, amax, encode, torch.reciprocal(encode), finite_mask
 
@@ -948,6 +964,32 @@ def _fake_quantize_fp8(x: torch.Tensor, granularity: Optional[str], nonfinite: s
         y.mul_(unscale)
         if staged:
             out[index].copy_(y)
+    if finite_mask is not None:
+        out[~finite_mask] = float("nan")
+    return out.view(-1, x.shape[-1])
+
+
+# --------------------------------------------------------------------------------------------
+# FP8 E5M2, per tensor: TransformerEngine's DelayedScaling(fp8_format=Format.E2M1)
+# --------------------------------------------------------------------------------------------
+
+
+def _fake_quantize_fp8_e5m2(x: torch.Tensor, nonfinite: str) -> torch.Tensor:
+    """x rounded through per-tensor FP8 E5M2 and back, with scale = 57344 / amax (1 for a zero tensor).
+
+    This is what a TE DelayedScaling recipe with fp8_format=Format.E2M1 computes, the recipe Sol-RL's
+    public train_utils.py passes to te.fp8_autocast: TE's get_fp8_te_dtype gives E5M2 for every format
+    but E4M3 and HYBRID, and get_fp8_max the E5M2 maximum 57344, so the scale is 57344 / amax. TE takes
+    amax from the history of earlier forwards (delayed scaling: amax_history_len 16, "max", scale 1
+    before the first); here it is the tensor's own amax (current scaling). E5M2 has the same relative
+    precision at every scale, so the two differ only where a tensor's amax exceeds its history (values
+    past 57344 saturate) and in the first forward (unit scale: values below 2**-14 lose precision).
+    """
+    x2d, _, encode, decode, finite_mask = _fp8_plan(x, None, nonfinite, max_value=E5M2_MAX, fmt="fp8_e5m2")
+    y = x2d.float() * encode
+    magic = torch.empty(y.shape, dtype=torch.int32, device=y.device)
+    _round_to_grid_(y, magic, _E5M2)
+    out = y.mul_(decode).to(x.dtype)
     if finite_mask is not None:
         out[~finite_mask] = float("nan")
     return out.view(-1, x.shape[-1])

@@ -17,7 +17,7 @@ from typing import Dict, Optional, Tuple, Union
 
 import torch.nn as nn
 
-from .formats import FORMATS, _check_fp8_block, _check_mxfp4_block, _check_nvfp4_block
+from .formats import FORMATS, _check_e5m2_block, _check_fp8_block, _check_mxfp4_block, _check_nvfp4_block
 
 __all__ = ["QuantRecipe", "RECIPES", "get_recipe", "BACKENDS", "UnknownRecipeError"]
 
@@ -33,8 +33,8 @@ BACKENDS = ("emulated", "te")
 
 # Activation blocks are fixed by the format: TE quantizes activations in 1x16 blocks for NVFP4,
 # the MX spec uses 1x32, and FP8 current scaling uses one scale per tensor.
-_ACTIVATION_BLOCK = {"nvfp4": (1, 16), "mxfp4": (1, 32), "fp8": None}
-_DEFAULT_WEIGHT_BLOCK = {"nvfp4": (16, 16), "mxfp4": (1, 32), "fp8": None}
+_ACTIVATION_BLOCK = {"nvfp4": (1, 16), "mxfp4": (1, 32), "fp8": None, "fp8_e5m2": None}
+_DEFAULT_WEIGHT_BLOCK = {"nvfp4": (16, 16), "mxfp4": (1, 32), "fp8": None, "fp8_e5m2": None}
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ class QuantRecipe:
 
     Attributes:
         name: label used in reports and summaries.
-        format: element format of quantized layers: "nvfp4", "mxfp4" or "fp8" (E4M3).
+        format: element format of quantized layers: "nvfp4", "mxfp4", "fp8" (E4M3) or "fp8_e5m2"
+            (per-tensor E5M2: what TE's DelayedScaling(fp8_format=Format.E2M1) runs, see RECIPES).
         weight_block: block shape for weights. nvfp4: (16, 16) (TE's default for weights) or
             (1, 16); mxfp4: (1, 32); fp8: None (per-tensor) or "channel" (per output channel).
             Left as None for nvfp4/mxfp4 it becomes the format's default.
@@ -95,6 +96,8 @@ class QuantRecipe:
                 _check_nvfp4_block(block)
             elif self.format == "mxfp4":
                 _check_mxfp4_block(block)
+            elif self.format == "fp8_e5m2":
+                _check_e5m2_block(block)
             else:
                 _check_fp8_block(block)
         except ValueError as exc:
@@ -123,7 +126,7 @@ class QuantRecipe:
     @property
     def label(self) -> str:
         """Short precision label, e.g. 'nvfp4 W4A4 (weights 16x16)'."""
-        bits = {"nvfp4": 4, "mxfp4": 4, "fp8": 8}[self.format]
+        bits = {"nvfp4": 4, "mxfp4": 4, "fp8": 8, "fp8_e5m2": 8}[self.format]
         acts = f"A{bits}" if self.activations else "A16"
         block = self.weight_block
         block_text = "per-tensor" if block is None else (block if isinstance(block, str) else f"{block[0]}x{block[1]}")
@@ -189,6 +192,15 @@ _FLUX_SKIP = ("x_embedder", "context_embedder", "time_text_embed", "norm_out")
 # diffusers halves attn2.to_k / to_v.
 _SANA_SKIP = ("time_embed", "caption_projection", "patch_embed", "norm_out", "proj_out",
               "*.attn1.to_q", "*.attn1.to_k", "*.attn1.to_v")
+# SD3 (configs/sol_rl/sd3.py nvfp4_skip_modules, diffusers' SD3Transformer2DModel names, as train_sd3.py
+# loads it): replace_linear_with_te skips a layer when a skip name is a SUBSTRING of its qualified name,
+# so "norm1" also skips every norm1_context, and "ff_context" the text stream's feed-forward; min_dim 2432,
+# SD3.5-Large's width, so every square 2432 x 2432 attention projection stays in BF16 as well. What runs
+# NVFP4: the image stream's feed-forward (ff.net.0.proj 2432 -> 9728, ff.net.2 9728 -> 2432).
+_SD3_SKIP = tuple(f"*{name}*" for name in ("pos_embed", "context_embedder", "time_text_embed", "norm_out",
+                                           "norm1", "ff_context"))
+_SD3_DESCRIPTION = ("embedders, norm_out, every norm1/norm1_context modulation and the text-stream feed-forward "
+                    "(substring skips), and layers with in and out features <= 2432, in BF16")
 
 RECIPES: Dict[str, QuantRecipe] = {
     recipe.name: recipe
@@ -209,6 +221,13 @@ RECIPES: Dict[str, QuantRecipe] = {
             min_dim_exempt=("*.attn2.to_k", "*.attn2.to_v"),
             description="Sol-RL SANA recipe: NVFP4 W4A4, embedders, final layer and self-attention q/k/v in "
                         "BF16, layers with in and out features <= 2240 in BF16 (cross-attention k/v quantized)",
+        ),
+        QuantRecipe(
+            name="nvfp4_sd3",
+            format="nvfp4",
+            skip=_SD3_SKIP,
+            min_dim=2432,
+            description="Sol-RL SD3.5 recipe (configs/sol_rl/sd3.py): NVFP4 W4A4; " + _SD3_DESCRIPTION,
         ),
         QuantRecipe(
             name="nvfp4_w4a4",
@@ -251,6 +270,21 @@ RECIPES: Dict[str, QuantRecipe] = {
         ),
     )
 }
+
+
+# What Sol-RL's PUBLIC CODE computes, beside the paper's NVFP4. Its train_utils.py runs the explore copy under
+# te.fp8_autocast(fp8_recipe=DelayedScaling(fp8_format=Format.E2M1, amax_history_len=16, amax_compute_algo="max")).
+# A DelayedScaling recipe quantizes through per-tensor Float8 quantizers, and TransformerEngine maps every
+# fp8_format but E4M3 and HYBRID to FP8 E5M2 (transformer_engine/pytorch/quantization.py get_fp8_te_dtype,
+# get_fp8_max): per-tensor E5M2 weights and activations, not NVFP4 (only NVFP4BlockScaling is NVFP4). These
+# recipes keep each model's layer selection and run that format: on the te backend with that very recipe
+# object, emulated with current per-tensor scaling (solbench.quant.formats._fake_quantize_fp8_e5m2 says
+# where delayed and current scaling differ). The nvfp4_* recipes above are the paper's NVFP4.
+for _model, _base in (("flux", "nvfp4_flux"), ("sd3", "nvfp4_sd3"), ("sana", "nvfp4_sana")):
+    RECIPES[f"te_delayed_e2m1_{_model}"] = RECIPES[_base].replace(
+        name=f"te_delayed_e2m1_{_model}", format="fp8_e5m2", weight_block=None,
+        description=f"what Sol-RL's public code runs on {_model} (TE DelayedScaling(Format.E2M1) = per-tensor FP8 "
+                    f"E5M2 weights and activations) with {_base}'s layers; not the paper's NVFP4")
 
 
 def get_recipe(recipe: Union[str, QuantRecipe]) -> QuantRecipe:

@@ -20,6 +20,7 @@ from solbench.report import fidelity as _fidelity  # noqa: E402,F401  isort: ski
 from solbench.report import ablations as _ablations  # noqa: E402,F401  isort: skip
 from solbench.report import cost as _cost  # noqa: E402,F401  isort: skip
 from solbench.report import samples as _samples  # noqa: E402,F401  isort: skip
+from solbench.report import provenance as _provenance  # noqa: E402,F401  isort: skip
 from solbench.report.build import write_report  # noqa: E402  isort: skip
 
 __all__ = ["Figure", "Note", "ReportKind", "ReportOptions", "Table", "Tables", "get_kind", "kinds",
