@@ -354,7 +354,8 @@ class SpecNeeds:
     models: dict[str, str | None] = field(default_factory=dict)  # name -> path override
     rewards: set[str] = field(default_factory=set)  # training and eval rewards
     formats: set[str] = field(default_factory=set)  # formats of the explore recipes
-    native: bool = False  # some run uses quant backend te/auto without emulated fallback
+    native: bool = False  # some run uses quant backend te/torch/auto without emulated fallback
+    te: bool = False  # some run asks for backend te itself (auto and torch do without TransformerEngine)
     gpu: bool = False  # some run needs CUDA (device cuda, a real model or a native backend)
     world_size: int = 1
     notes: list[str] = field(default_factory=list)
@@ -401,8 +402,9 @@ def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
     if fmt:
         needs.formats.add(fmt)
     backend = quant.get("backend", "emulated")
-    if backend in ("te", "auto") and not quant.get("allow_emulated_fallback", False):
+    if backend in ("te", "torch", "auto") and not quant.get("allow_emulated_fallback", False):
         needs.native = True
+        needs.te = needs.te or backend == "te"  # auto runs on torch's scaled matmul without TE
     needs.world_size = max(needs.world_size, int(run.get("world_size", 1) or 1))
     if run.get("device") == "cuda" or name not in EMBEDDED_MODELS or needs.native:
         needs.gpu = True
@@ -766,7 +768,7 @@ def check_spec(needs: SpecNeeds, cuda: Any = None) -> list[Row]:
             if native:
                 rows.append(Row("spec", fmt, OK, "runs natively on every visible GPU"))
             elif needs.native:
-                rows.append(Row("spec", fmt, FAIL, "quant backend te/auto needs native "
+                rows.append(Row("spec", fmt, FAIL, "quant backend te/torch/auto needs native "
                                 f"{fmt} (Blackwell for NVFP4/MXFP4, Hopper/Ada for FP8); not available here",
                                 "run on such GPUs, or set quant.backend: emulated / allow_emulated_fallback: true"))
             else:
@@ -793,7 +795,7 @@ def run_checks(spec: str | os.PathLike | None = None, *, cuda: Any = None,
     rows = check_gpus(cuda)
     if needs is not None and needs.gpu and not cuda.is_available():
         rows[0].status = FAIL
-    rows += check_packages(cuda_available=cuda.is_available(), need_te=bool(needs and needs.native))
+    rows += check_packages(cuda_available=cuda.is_available(), need_te=bool(needs and needs.te))
     if needs is None:
         rows += check_model_weights(None, cache_dir=cache_dir)
         rows += check_reward_weights(None, cache_dir=cache_dir)
