@@ -13,8 +13,9 @@ What is checked:
 - Packages: torch (and its CUDA build), transformers, diffusers, and transformer-engine: installed
   (with TE's documented ``pip install --no-build-isolation`` command when not) and importing
   ``transformer_engine.pytorch`` (the error when it does not).
-- Weights in the Hugging Face cache or a local directory, never downloading: the three real models
-  (FLUX.1-dev, SD3.5-Large, SANA-1.5 1.6B) and the reward weights of solbench.rewards.real.
+- Weights in the Hugging Face cache or a local directory, never downloading: every component of the
+  three real models' pipelines (solbench.model_files: transformer, VAE, text encoders, tokenizers,
+  scheduler, each shard of sharded weights) and the reward weights of solbench.rewards.real.
 - Prompt files a spec names (train_prompts / eval.prompts as .txt/.jsonl paths).
 - Memory per rank, itemised for the largest run of each model (``memory_items``): weights per copy
   (policy, LoRA and optimizer, explore copy at its format's bits, text encoders/VAE), reward models
@@ -36,6 +37,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from solbench.model_files import missing_files
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
@@ -200,7 +203,6 @@ class ModelWeights:
     key: str  # ModelConfig.name
     label: str
     repo_id: str
-    files: tuple[str, ...]  # presence checks; "a|b" = either
     gated: bool
     licence: str
     transformer_b: float  # parameters of the policy transformer, billions
@@ -217,25 +219,21 @@ class ModelWeights:
     vae_decode_gb_1024: float = 1.5  # VAE decoder activation per image at 1024 px, bf16
 
 
-_PIPE = ("model_index.json", "transformer/config.json",
-         "transformer/diffusion_pytorch_model.safetensors.index.json|transformer/diffusion_pytorch_model.safetensors",
-         "vae/config.json")
-
 # FLUX: 19 double + 38 single blocks of width 3072, 512 T5 tokens joined to the image tokens, VAE /8
 # and 2x2 patches, guidance distilled (one forward). LoRA on to_q/k/v/to_out.0: 19 x 4 + 38 x 3 layers
 # of 3072 -> 3072, r (in + out) each. SD3.5-Large: 38 joint blocks of 2432, 77 CLIP + 256 T5 tokens, CFG;
 # LoRA on 38 x 4 layers. SANA 1.5 1.6B: 20 blocks of 2240 over image tokens only (DC-AE /32, patch 1),
 # 300 Gemma tokens by cross-attention, CFG; LoRA on 20 x 8 layers (self and cross attention).
 MODEL_WEIGHTS: dict[str, ModelWeights] = {
-    "flux": ModelWeights("flux", "FLUX.1-dev", "black-forest-labs/FLUX.1-dev", _PIPE, True,
+    "flux": ModelWeights("flux", "FLUX.1-dev", "black-forest-labs/FLUX.1-dev", True,
                          "FLUX.1 [dev] Non-Commercial License (accept on the model page)", 11.9, 4.9,
                          blocks=57, hidden=3072, text_tokens=512, pixels_per_token=16, cfg=False,
                          lora_params_per_rank_m=190 * 6144 / 1e6, vae_decode_gb_1024=1.6),
-    "sd3": ModelWeights("sd3", "SD3.5-Large", "stabilityai/stable-diffusion-3.5-large", _PIPE, True,
+    "sd3": ModelWeights("sd3", "SD3.5-Large", "stabilityai/stable-diffusion-3.5-large", True,
                         "Stability AI Community License (accept on the model page)", 8.1, 5.6,
                         blocks=38, hidden=2432, text_tokens=333, pixels_per_token=16, cfg=True,
                         lora_params_per_rank_m=152 * 4864 / 1e6, vae_decode_gb_1024=1.6),
-    "sana": ModelWeights("sana", "SANA-1.5 1.6B", "Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers", _PIPE, False,
+    "sana": ModelWeights("sana", "SANA-1.5 1.6B", "Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers", False,
                          "see the model card (NVIDIA, non-commercial)", 1.6, 2.9,
                          blocks=20, hidden=2240, text_tokens=0, pixels_per_token=32, cfg=True,
                          lora_params_per_rank_m=160 * 4480 / 1e6, vae_decode_gb_1024=1.2),
@@ -305,7 +303,7 @@ def check_model_weights(models: Mapping[str, str | None] | None = None, *, requi
             rows.append(Row("models", key, WARN, "unknown model: presence not checked"))
             continue
         source = override or mw.repo_id
-        missing = [f for f in mw.files if not file_present(source, f, cache_dir)]
+        missing = missing_files(key, lambda name: file_present(source, name, cache_dir))  # every component
         label = f"{mw.label} ({source})"
         if not missing:
             rows.append(Row("models", key, OK, f"{label}: present"))
