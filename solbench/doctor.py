@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solbench.activations import TEXT_TOKENS, per_sample_gb
 from solbench.model_files import missing_files
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
@@ -591,10 +592,12 @@ def memory_items(profile: MemoryProfile | SpecNeeds, model: str | None = None) -
     mw = MODEL_WEIGHTS[p.model]
     res = p.resolution or mw.native_resolution
     side = res // mw.pixels_per_token
-    tokens = side * side + mw.text_tokens
     cfg = 2 if (mw.cfg if p.cfg is None else p.cfg) else 1
-    # one block's live activations per sample, bf16: residual, q/k/v, the 4x MLP, projections (~10 widths)
-    block_gb = tokens * mw.hidden * 10 * 2 / 1e9
+    # per sample and forward, from the blocks' measured saved tensors, inputs and working sets
+    # (solbench.activations: the real diffusers modules, fp32 LoRA, bf16, scaled by tokens and width)
+    acts = dict(image_tokens=side * side, text_tokens=TEXT_TOKENS[p.model])
+    rollout_gb = per_sample_gb(p.model, **acts, training=False)
+    train_gb = per_sample_gb(p.model, **acts, training=True, checkpointing=p.gradient_checkpointing)
     items: list[tuple[str, float]] = []
     items.append(("weights/policy: policy transformer (bf16, shared by every full-precision role)", mw.transformer_b * 2))
     if p.full_finetune:
@@ -616,14 +619,12 @@ def memory_items(profile: MemoryProfile | SpecNeeds, model: str | None = None) -
     items.append((f"weights/rewards: {', '.join(named) or 'none'} (fp32, one instance each, shared by training and eval)",
                   sum(REWARD_PARAMS_B[r] * 4 for r in named)))
     items.append(("caches/prompt_embeddings: prompt embeddings (host memory, LRU; 0 on the GPU)", 0.0))
-    items.append((f"activations/rollout: rollout, {p.rollout} samples x {cfg} forward(s) at {res} px", p.rollout * cfg * block_gb))
+    items.append((f"activations/rollout: rollout, {p.rollout} samples x {cfg} forward(s) at {res} px", p.rollout * cfg * rollout_gb))
     items.append((f"activations/decode: VAE decode, 8 images at {res} px", 8 * mw.vae_decode_gb_1024 * (res / 1024) ** 2))
     items.append((f"activations/reward: reward, {p.reward} images (fp32 ViT)", p.reward * 0.06))
-    per_sample = ((mw.blocks * tokens * mw.hidden * 2 / 1e9 + 3 * block_gb) if p.gradient_checkpointing
-                  else mw.blocks * block_gb * 1.5)
     items.append((f"activations/train: training, {p.train} samples x {cfg} forward(s), "
                   + ("gradient checkpointing" if p.gradient_checkpointing else "no gradient checkpointing"),
-                  p.train * cfg * per_sample))
+                  p.train * cfg * train_gb))
     if p.cpu_offload:
         items.append(("activations/offload: text encoders + VAE on the GPU while they run (cpu_offload)", frozen))
     items.append(("overhead/cuda: CUDA context, cuBLAS/TE workspaces, allocator fragmentation", 4.0))
