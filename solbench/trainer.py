@@ -193,10 +193,12 @@ def _lookahead(items: Iterator[Chunk]) -> Iterator[tuple[Chunk, Chunk | None]]:
 
 class Trainer:
     """The state of one run; ``run()`` drives it. ``explore`` overrides the explore-copy functions
-    (tests use an identity copy to check Sol-RL's invariants)."""
+    (tests use an identity copy to check Sol-RL's invariants); ``adapter`` and ``reward_models``
+    (name -> reward) replace loading the model and rewards from their weights (solbench.measure
+    builds them at their published shapes with random weights)."""
 
     def __init__(self, cfg: RunConfig, store, *, progress=None, explore: ExploreFns | None = None,
-                 dist: DistContext | None = None) -> None:
+                 dist: DistContext | None = None, adapter=None, reward_models: dict | None = None) -> None:
         from solbench.models import build_adapter
         from solbench import rewards as reward_registry
         from solbench.world.prompts import load_prompt_set
@@ -232,7 +234,7 @@ class Trainer:
             prompts_per_iter=cfg.prompts_per_iter, steps=cfg.sampling.steps, shift=cfg.sampling.shift,
             guidance=cfg.sampling.guidance, finetune_mode=cfg.finetune.mode, world_size=cfg.world_size))
 
-        self.adapter = build_adapter(cfg.model, self.device)
+        self.adapter = build_adapter(cfg.model, self.device) if adapter is None else adapter
         uses_explore = "explore" in method_cls.nets
         self.nets = build_policy_nets(cfg, self.adapter, method_cls.nets, explore_source=method_cls.rollout_net,
                                       explore=explore)
@@ -242,7 +244,8 @@ class Trainer:
         self.timer = PhaseTimer()
         # One instance per reward name, shared by the training sum and evaluation (one copy of each
         # reward model per rank), loaded now: missing weights stop the run at launch, not at step 0's eval.
-        self.reward_models = {name: reward_registry.get(name, self.device)
+        given = reward_models or {}
+        self.reward_models = {name: given[name] if name in given else reward_registry.get(name, self.device)
                               for name in dict.fromkeys([*cfg.rewards, *cfg.eval.rewards])}
         for reward in self.reward_models.values():
             if self.micro_batch["reward"] and isinstance(getattr(reward, "batch_size", None), int):
