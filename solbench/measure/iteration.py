@@ -262,7 +262,7 @@ def measure_spec(spec_path, out_dir, *, tiny: bool = False, budget_s: float = 48
                          "TransformerEngine where it is not installed (backend auto's choice is recorded)"],
     }
     last = 0.0
-    with tempfile.TemporaryDirectory(dir=out_dir) as workdir:
+    with tempfile.TemporaryDirectory(prefix="solbench_measure_runs.") as workdir:  # run stores, not outputs
         for cfg in runs:
             elapsed = time.perf_counter() - start
             if elapsed + last > budget_s:
@@ -270,7 +270,14 @@ def measure_spec(spec_path, out_dir, *, tiny: bool = False, budget_s: float = 48
                                                                         f"method took {last:.0f} s, budget {budget_s:.0f} s"})
                 continue
             t0 = time.perf_counter()
-            measured = _measure_run(cfg, device=device, tiny=tiny, rewards=rewards, workdir=Path(workdir))
+            try:
+                measured = _measure_run(cfg, device=device, tiny=tiny, rewards=rewards, workdir=Path(workdir))
+            except Exception as err:  # one method's failure (e.g. out of memory building it) is its row
+                measured = MethodMeasurement(cfg.method, cfg.run_id, error=f"{type(err).__name__}: "
+                                                                           f"{str(err).strip().splitlines()[0][:300]}")
+                gc.collect()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
             last = time.perf_counter() - t0
             _add_projection(measured, cfg, result["hardware_profile"], tiny)
             result["methods"].append(dataclasses.asdict(measured))
