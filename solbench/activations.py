@@ -29,7 +29,6 @@ linear-FFN SANA variant) gets a profile by adding its published config and a ``P
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -52,11 +51,13 @@ PROBE_TEXT_TOKENS = (8, 24)
 @dataclass(frozen=True)
 class Probe:
     """How to run a model's transformer at small width: config overrides that keep every per-head
-    width and ratio, the probe's width, and a function making its forward kwargs."""
+    width and ratio, the probe's width, which forward it takes (flux, sd3 or sana: the transformer
+    family; a variant such as a linear-FFN SANA reuses its family's) and the latent side per image-token
+    count."""
 
     overrides: dict
     width: int
-    inputs: str  # name of the input builder below
+    inputs: str  # "flux" | "sd3" | "sana": the kwargs _inputs builds
     latent_side: dict  # image tokens -> latent side (height = width) of the probe's input
 
 
@@ -182,9 +183,10 @@ def _probe_transformer(model: str) -> tuple[nn.Module, dict]:
 
 
 def _inputs(model: str, config: dict, image_tokens: int, text_tokens: int) -> dict:
+    family = PROBES[model].inputs
     side = PROBES[model].latent_side[image_tokens]
     bf16 = dict(dtype=torch.bfloat16)  # dtypes as the adapters pass them (solbench.models.*._forward)
-    if model == "flux":
+    if family == "flux":
         img_ids = torch.zeros(side // 2, side // 2, 3)
         img_ids[..., 1] = torch.arange(side // 2)[:, None]
         img_ids[..., 2] = torch.arange(side // 2)[None, :]
@@ -194,7 +196,7 @@ def _inputs(model: str, config: dict, image_tokens: int, text_tokens: int) -> di
                     timestep=torch.full((1,), 0.5, **bf16), guidance=torch.full((1,), 1.0),
                     img_ids=img_ids.reshape(-1, 3).to(torch.bfloat16), txt_ids=torch.zeros(text_tokens, 3, **bf16),
                     return_dict=False)
-    if model == "sd3":
+    if family == "sd3":
         return dict(hidden_states=torch.randn(1, config["in_channels"], side, side, **bf16),
                     encoder_hidden_states=torch.randn(1, text_tokens, config["joint_attention_dim"], **bf16),
                     pooled_projections=torch.randn(1, config["pooled_projection_dim"], **bf16),

@@ -35,7 +35,8 @@ from torch import Tensor
 
 from solbench.errors import ConfigError
 
-__all__ = ["DistContext", "Gathered", "ShardedRows", "cat_rows", "take_rows", "init_distributed", "join_launch_group", "launch_rank", "SINGLE"]
+__all__ = ["DistContext", "Gathered", "ShardedRows", "cat_rows", "take_rows", "init_distributed", "join_launch_group",
+           "launch_rank", "SINGLE"]
 
 
 @dataclass
@@ -47,7 +48,6 @@ class DistContext:
     local_rank: int = 0
     owns_group: bool = False  # this context initialised the process group (and destroys it)
     _backend: str = field(default="", repr=False)
-    received_bytes: int = 0  # tensor bytes this rank received from other ranks through gather_rows
 
     @property
     def enabled(self) -> bool:
@@ -198,7 +198,6 @@ class ShardedRows:
         for r, (part, held) in enumerate(zip(parts, self.owners)):
             if held:
                 out[torch.tensor(held, dtype=torch.long, device=out.device)] = part[: len(held)]
-        self.dist.received_bytes += (self.dist.world_size - 1) * padded.numel() * padded.element_size()
         return out
 
 

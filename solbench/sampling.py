@@ -39,7 +39,6 @@ import torch
 from torch import Tensor
 
 from solbench.distributed import Gathered, cat_rows, take_rows
-
 from solbench.errors import ConfigError
 
 SAMPLER_KINDS = ("euler", "dpm2", "flowgrpo_sde", "flowgrpo_cps", "dance_sde", "awm_sde")

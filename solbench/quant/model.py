@@ -206,9 +206,9 @@ def quantized_copy(
         nn.Linear in the original dtype. Refresh it after optimizer steps with `sync_weights`.
     """
     recipe = get_recipe(recipe)
-    if recipe.backend != "emulated":
-        require_backend(recipe)  # fail at once, even if the recipe ends up quantizing no layer
     root = _policy_root(model)
+    if recipe.backend != "emulated":  # fail at once, even if the recipe ends up quantizing no layer
+        require_backend(recipe, next((p.device for p in root.parameters()), None))
     tuners = _tuner_layers(root)
     # The Linears the copy quantizes, by their base name, with the full-precision module that holds
     # their weight in the policy (a peft layer's base_layer). Their weights are never deep-copied:
