@@ -67,8 +67,10 @@ class FinetuneConfig:
 @dataclass
 class QuantConfig:
     recipe: str = "nvfp4_tiny"  # named recipe in solbench.quant.RECIPES
-    backend: str = "emulated"  # emulated | te | auto (te where the GPU runs the format, else error)
-    allow_emulated_fallback: bool = False  # with backend te/auto: fall back to emulation instead of failing
+    # emulated | te | torch (torch's scaled matmul, no TE) | auto (te, else torch on a GPU with the
+    # format's tensor cores, else error); solbench.quant.backends; the run records its choice in explore.json
+    backend: str = "emulated"
+    allow_emulated_fallback: bool = False  # with backend te/torch/auto: fall back to emulation instead of failing
 
 
 @dataclass

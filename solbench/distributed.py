@@ -5,8 +5,12 @@ The paper's setting is 8 GPUs per run. solbench splits a run's work over ranks l
 - Rollouts are sharded by sample: every rank asks the engine for the same global list of
   (prompt, candidate) pairs; rank r computes the contiguous shard ``shard(n)`` of it. Noise is a pure
   function of (run seed, prompt, candidate), so a sample comes out the same on any rank.
-- Latents and trajectories are gathered (every rank holds the whole batch); decoded images stay on
-  the rank that made them (they are the large part) and rewards are gathered after scoring.
+- Latents and trajectories are gathered when something reads them (``ShardedRows`` in a
+  ``Gathered`` field of Rollout / Trajectory), and only the rows read: Sol-RL's explore latents are
+  never gathered (only their rewards are), naive FP4's only for the K kept, FlowGRPO's per-step
+  means not at all. Decoded images stay on the rank that made them (they are the large part) and
+  rewards are gathered after scoring. Reads happen in method code every rank runs identically
+  (collect, chunks), so every rank joins every gather in the same order.
 - So per-prompt groups, advantages and Sol-RL's top/bottom selection are computed on the global
   batch, identically on every rank, by unchanged method code.
 - Training: the method's chunks (micro-batches x timesteps) are dealt round-robin over ranks, and
@@ -31,7 +35,8 @@ from torch import Tensor
 
 from solbench.errors import ConfigError
 
-__all__ = ["DistContext", "init_distributed", "join_launch_group", "launch_rank", "SINGLE"]
+__all__ = ["DistContext", "Gathered", "ShardedRows", "cat_rows", "take_rows", "init_distributed", "join_launch_group",
+           "launch_rank", "SINGLE"]
 
 
 @dataclass
@@ -66,12 +71,7 @@ class DistContext:
             return local
         import torch.distributed as dist
 
-        widest = -(-n // self.world_size)
-        padded = local.new_zeros((widest, *local.shape[1:]))
-        padded[: local.shape[0]] = local
-        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
-        dist.all_gather(parts, padded.contiguous())
-        return torch.cat([part[: self.shard(n, r).stop - self.shard(n, r).start] for r, part in enumerate(parts)])
+        return ShardedRows.from_shards(self, local, n).gather()
 
     def gather_objects(self, obj: Any) -> list[Any]:
         """Every rank's (picklable) ``obj``, in rank order."""
@@ -134,6 +134,94 @@ class DistContext:
 
 
 SINGLE = DistContext()
+
+
+class ShardedRows:
+    """An n-row tensor whose rows are spread over the ranks, gathered only when read.
+
+    ``owners[r]`` lists the global positions rank r holds, in the order of its local rows (this
+    rank's are ``local``). ``index`` selects rows without communicating (every rank knows where
+    each row lives); ``gather`` all-gathers just the rows the selection kept. Every rank must call
+    ``gather`` on the same selections in the same order (a collective).
+    """
+
+    def __init__(self, dist: DistContext, local: Tensor, owners: list[list[int]]) -> None:
+        self.dist, self.local, self.owners = dist, local, owners
+        self.n = sum(len(o) for o in owners)
+
+    @classmethod
+    def from_shards(cls, dist: DistContext, local: Tensor, n: int) -> "ShardedRows":
+        """Rank r holds the contiguous shard ``dist.shard(n, r)`` (how the engine splits a rollout)."""
+        return cls(dist, local, [list(range(s.start, s.stop)) for s in (dist.shard(n, r) for r in range(dist.world_size))])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def index(self, positions) -> "ShardedRows":
+        """The rows at ``positions`` (global, in that order; repeats allowed), still spread over the ranks."""
+        positions = [int(p) for p in positions]
+        where = {pos: (r, i) for r, held in enumerate(self.owners) for i, pos in enumerate(held)}
+        owners: list[list[int]] = [[] for _ in self.owners]
+        mine = []
+        for new, old in enumerate(positions):
+            rank, i = where[old]
+            owners[rank].append(new)
+            if rank == self.dist.rank:
+                mine.append(i)
+        local = self.local[torch.tensor(mine, dtype=torch.long, device=self.local.device)]
+        return ShardedRows(self.dist, local, owners)
+
+    @classmethod
+    def cat(cls, parts: list["ShardedRows"]) -> "ShardedRows":
+        owners: list[list[int]] = [[] for _ in parts[0].owners]
+        offset = 0
+        for part in parts:
+            for r, held in enumerate(part.owners):
+                owners[r] += [offset + pos for pos in held]
+            offset += part.n
+        return cls(parts[0].dist, torch.cat([part.local for part in parts]), owners)
+
+    def gather(self) -> Tensor:
+        """The whole n-row tensor on every rank."""
+        if not self.dist.enabled:
+            return self.local
+        import torch.distributed as dist
+
+        counts = [len(o) for o in self.owners]
+        widest = max(counts)
+        local = self.local
+        padded = local.new_zeros((widest, *local.shape[1:]))
+        padded[: local.shape[0]] = local
+        parts = [torch.empty_like(padded) for _ in range(self.dist.world_size)]
+        dist.all_gather(parts, padded.contiguous())
+        out = local.new_empty((self.n, *local.shape[1:]))
+        for r, (part, held) in enumerate(zip(parts, self.owners)):
+            if held:
+                out[torch.tensor(held, dtype=torch.long, device=out.device)] = part[: len(held)]
+        return out
+
+
+class Gathered:
+    """A dataclass field holding a Tensor (or None) or a ShardedRows, gathered the first time it is read.
+
+    ``x0: Tensor = Gathered()`` in a dataclass: construction and assignment store the value as given;
+    reading a ShardedRows gathers it (a collective: every rank reads the same fields in the same
+    order) and keeps the tensor. ``obj.__dict__[name]`` is the value as stored, not gathered.
+    """
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:  # no class-level default: the dataclass field stays required
+            raise AttributeError(self.name)
+        value = obj.__dict__[self.name]
+        if isinstance(value, ShardedRows):
+            value = obj.__dict__[self.name] = value.gather()
+        return value
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.name] = value
 
 
 def _env_int(name: str) -> int | None:
@@ -206,3 +294,21 @@ def join_launch_group() -> DistContext:
     dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="env://")
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=_env_int("LOCAL_RANK") or 0,
                        owns_group=True, _backend=dist.get_backend())
+
+
+def take_rows(value, positions: Tensor):
+    """Rows ``positions`` (a long tensor) of a Tensor, None or ShardedRows, without gathering."""
+    if value is None:
+        return None
+    if isinstance(value, ShardedRows):
+        return value.index(positions.tolist())
+    return value[positions.to(value.device)]
+
+
+def cat_rows(values: list):
+    """Concatenate Tensors or ShardedRows (all of one kind) along rows; None if any is None."""
+    if any(v is None for v in values):
+        return None
+    if any(isinstance(v, ShardedRows) for v in values):
+        return ShardedRows.cat(values)
+    return torch.cat(values)

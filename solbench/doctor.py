@@ -13,8 +13,9 @@ What is checked:
 - Packages: torch (and its CUDA build), transformers, diffusers, and transformer-engine: installed
   (with TE's documented ``pip install --no-build-isolation`` command when not) and importing
   ``transformer_engine.pytorch`` (the error when it does not).
-- Weights in the Hugging Face cache or a local directory, never downloading: the three real models
-  (FLUX.1-dev, SD3.5-Large, SANA-1.5 1.6B) and the reward weights of solbench.rewards.real.
+- Weights in the Hugging Face cache or a local directory, never downloading: every component of the
+  three real models' pipelines (solbench.model_files: transformer, VAE, text encoders, tokenizers,
+  scheduler, each shard of sharded weights) and the reward weights of solbench.rewards.real.
 - Prompt files a spec names (train_prompts / eval.prompts as .txt/.jsonl paths).
 - Memory per rank, itemised for the largest run of each model (``memory_items``): weights per copy
   (policy, LoRA and optimizer, explore copy at its format's bits, text encoders/VAE), reward models
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from solbench.hub import MODEL_DOWNLOAD_EXCLUDES, model_download_command  # noqa: F401 (importable here too)
+from solbench.activations import TEXT_TOKENS, per_sample_gb
+from solbench.model_files import missing_files
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
@@ -202,7 +205,6 @@ class ModelWeights:
     key: str  # ModelConfig.name
     label: str
     repo_id: str
-    files: tuple[str, ...]  # presence checks; "a|b" = either
     gated: bool
     licence: str
     transformer_b: float  # parameters of the policy transformer, billions
@@ -219,25 +221,21 @@ class ModelWeights:
     vae_decode_gb_1024: float = 1.5  # VAE decoder activation per image at 1024 px, bf16
 
 
-_PIPE = ("model_index.json", "transformer/config.json",
-         "transformer/diffusion_pytorch_model.safetensors.index.json|transformer/diffusion_pytorch_model.safetensors",
-         "vae/config.json")
-
 # FLUX: 19 double + 38 single blocks of width 3072, 512 T5 tokens joined to the image tokens, VAE /8
 # and 2x2 patches, guidance distilled (one forward). LoRA on to_q/k/v/to_out.0: 19 x 4 + 38 x 3 layers
 # of 3072 -> 3072, r (in + out) each. SD3.5-Large: 38 joint blocks of 2432, 77 CLIP + 256 T5 tokens, CFG;
 # LoRA on 38 x 4 layers. SANA 1.5 1.6B: 20 blocks of 2240 over image tokens only (DC-AE /32, patch 1),
 # 300 Gemma tokens by cross-attention, CFG; LoRA on 20 x 8 layers (self and cross attention).
 MODEL_WEIGHTS: dict[str, ModelWeights] = {
-    "flux": ModelWeights("flux", "FLUX.1-dev", "black-forest-labs/FLUX.1-dev", _PIPE, True,
+    "flux": ModelWeights("flux", "FLUX.1-dev", "black-forest-labs/FLUX.1-dev", True,
                          "FLUX.1 [dev] Non-Commercial License (accept on the model page)", 11.9, 4.9,
                          blocks=57, hidden=3072, text_tokens=512, pixels_per_token=16, cfg=False,
                          lora_params_per_rank_m=190 * 6144 / 1e6, vae_decode_gb_1024=1.6),
-    "sd3": ModelWeights("sd3", "SD3.5-Large", "stabilityai/stable-diffusion-3.5-large", _PIPE, True,
+    "sd3": ModelWeights("sd3", "SD3.5-Large", "stabilityai/stable-diffusion-3.5-large", True,
                         "Stability AI Community License (accept on the model page)", 8.1, 5.6,
                         blocks=38, hidden=2432, text_tokens=333, pixels_per_token=16, cfg=True,
                         lora_params_per_rank_m=152 * 4864 / 1e6, vae_decode_gb_1024=1.6),
-    "sana": ModelWeights("sana", "SANA-1.5 1.6B", "Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers", _PIPE, False,
+    "sana": ModelWeights("sana", "SANA-1.5 1.6B", "Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers", False,
                          "see the model card (NVIDIA, non-commercial)", 1.6, 2.9,
                          blocks=20, hidden=2240, text_tokens=0, pixels_per_token=32, cfg=True,
                          lora_params_per_rank_m=160 * 4480 / 1e6, vae_decode_gb_1024=1.2),
@@ -290,7 +288,7 @@ def check_model_weights(models: Mapping[str, str | None] | None = None, *, requi
             rows.append(Row("models", key, WARN, "unknown model: presence not checked"))
             continue
         source = override or mw.repo_id
-        missing = [f for f in mw.files if not file_present(source, f, cache_dir)]
+        missing = missing_files(key, lambda name: file_present(source, name, cache_dir))  # every component
         label = f"{mw.label} ({source})"
         if not missing:
             rows.append(Row("models", key, OK, f"{label}: present"))
@@ -339,7 +337,8 @@ class SpecNeeds:
     models: dict[str, str | None] = field(default_factory=dict)  # name -> path override
     rewards: set[str] = field(default_factory=set)  # training and eval rewards
     formats: set[str] = field(default_factory=set)  # formats of the explore recipes
-    native: bool = False  # some run uses quant backend te/auto without emulated fallback
+    native: bool = False  # some run uses quant backend te/torch/auto without emulated fallback
+    te: bool = False  # some run asks for backend te itself (auto and torch do without TransformerEngine)
     gpu: bool = False  # some run needs CUDA (device cuda, a real model or a native backend)
     world_size: int = 1
     notes: list[str] = field(default_factory=list)
@@ -386,8 +385,9 @@ def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
     if fmt:
         needs.formats.add(fmt)
     backend = quant.get("backend", "emulated")
-    if backend in ("te", "auto") and not quant.get("allow_emulated_fallback", False):
+    if backend in ("te", "torch", "auto") and not quant.get("allow_emulated_fallback", False):
         needs.native = True
+        needs.te = needs.te or backend == "te"  # auto runs on torch's scaled matmul without TE
     needs.world_size = max(needs.world_size, int(run.get("world_size", 1) or 1))
     if run.get("device") == "cuda" or name not in EMBEDDED_MODELS or needs.native:
         needs.gpu = True
@@ -576,10 +576,12 @@ def memory_items(profile: MemoryProfile | SpecNeeds, model: str | None = None) -
     mw = MODEL_WEIGHTS[p.model]
     res = p.resolution or mw.native_resolution
     side = res // mw.pixels_per_token
-    tokens = side * side + mw.text_tokens
     cfg = 2 if (mw.cfg if p.cfg is None else p.cfg) else 1
-    # one block's live activations per sample, bf16: residual, q/k/v, the 4x MLP, projections (~10 widths)
-    block_gb = tokens * mw.hidden * 10 * 2 / 1e9
+    # per sample and forward, from the blocks' measured saved tensors, inputs and working sets
+    # (solbench.activations: the real diffusers modules, fp32 LoRA, bf16, scaled by tokens and width)
+    acts = dict(image_tokens=side * side, text_tokens=TEXT_TOKENS[p.model])
+    rollout_gb = per_sample_gb(p.model, **acts, training=False)
+    train_gb = per_sample_gb(p.model, **acts, training=True, checkpointing=p.gradient_checkpointing)
     items: list[tuple[str, float]] = []
     items.append(("weights/policy: policy transformer (bf16, shared by every full-precision role)", mw.transformer_b * 2))
     if p.full_finetune:
@@ -601,14 +603,12 @@ def memory_items(profile: MemoryProfile | SpecNeeds, model: str | None = None) -
     items.append((f"weights/rewards: {', '.join(named) or 'none'} (fp32, one instance each, shared by training and eval)",
                   sum(REWARD_PARAMS_B[r] * 4 for r in named)))
     items.append(("caches/prompt_embeddings: prompt embeddings (host memory, LRU; 0 on the GPU)", 0.0))
-    items.append((f"activations/rollout: rollout, {p.rollout} samples x {cfg} forward(s) at {res} px", p.rollout * cfg * block_gb))
+    items.append((f"activations/rollout: rollout, {p.rollout} samples x {cfg} forward(s) at {res} px", p.rollout * cfg * rollout_gb))
     items.append((f"activations/decode: VAE decode, 8 images at {res} px", 8 * mw.vae_decode_gb_1024 * (res / 1024) ** 2))
     items.append((f"activations/reward: reward, {p.reward} images (fp32 ViT)", p.reward * 0.06))
-    per_sample = ((mw.blocks * tokens * mw.hidden * 2 / 1e9 + 3 * block_gb) if p.gradient_checkpointing
-                  else mw.blocks * block_gb * 1.5)
     items.append((f"activations/train: training, {p.train} samples x {cfg} forward(s), "
                   + ("gradient checkpointing" if p.gradient_checkpointing else "no gradient checkpointing"),
-                  p.train * cfg * per_sample))
+                  p.train * cfg * train_gb))
     if p.cpu_offload:
         items.append(("activations/offload: text encoders + VAE on the GPU while they run (cpu_offload)", frozen))
     items.append(("overhead/cuda: CUDA context, cuBLAS/TE workspaces, allocator fragmentation", 4.0))
@@ -751,7 +751,7 @@ def check_spec(needs: SpecNeeds, cuda: Any = None) -> list[Row]:
             if native:
                 rows.append(Row("spec", fmt, OK, "runs natively on every visible GPU"))
             elif needs.native:
-                rows.append(Row("spec", fmt, FAIL, "quant backend te/auto needs native "
+                rows.append(Row("spec", fmt, FAIL, "quant backend te/torch/auto needs native "
                                 f"{fmt} (Blackwell for NVFP4/MXFP4, Hopper/Ada for FP8); not available here",
                                 "run on such GPUs, or set quant.backend: emulated / allow_emulated_fallback: true"))
             else:
@@ -778,7 +778,7 @@ def run_checks(spec: str | os.PathLike | None = None, *, cuda: Any = None,
     rows = check_gpus(cuda)
     if needs is not None and needs.gpu and not cuda.is_available():
         rows[0].status = FAIL
-    rows += check_packages(cuda_available=cuda.is_available(), need_te=bool(needs and needs.native))
+    rows += check_packages(cuda_available=cuda.is_available(), need_te=bool(needs and needs.te))
     if needs is None:
         rows += check_model_weights(None, cache_dir=cache_dir)
         rows += check_reward_weights(None, cache_dir=cache_dir)

@@ -21,9 +21,16 @@ CPU; an explore copy whose activations have a per-tensor scale, NVFP4's global a
 depends slightly on which candidates share its GEMM.)
 
 Several ranks (solbench.distributed): every rank makes the same ``sample`` call with the global list
-of samples and computes its shard; latents and trajectories are gathered so every rank holds the
-whole rollout, images stay where they were decoded (``Rollout.image_rows``) and ``score`` gathers
+of samples and computes its shard; latents and trajectories are gathered when method code reads them
+(and only the rows it selected first: ``Rollout.index`` does not communicate), so every rank sees the
+whole rollout; images stay where they were decoded (``Rollout.image_rows``) and ``score`` gathers
 the rewards. Method code sees global rollouts and needs no change.
+
+Memory: decoded images go to host memory chunk by chunk, as each rollout micro-batch is decoded,
+into one preallocated buffer (a rank's 576 FLUX explore images at 1024 px are 7.3 GB of float32;
+kept on the GPU, and concatenated at the end, they were that twice over). Rewards move each reward
+micro-batch back to their device. Latents and trajectories stay on the device (training reads them),
+written into preallocated buffers too.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from torch import Tensor, nn
 
 from solbench import sampling
 from solbench.batch_invariance import pad_linear_rows
-from solbench.distributed import SINGLE, DistContext
+from solbench.distributed import SINGLE, DistContext, Gathered, ShardedRows, cat_rows, take_rows
 from solbench.errors import ConfigError
 from solbench.models.base import Cond, ModelAdapter, net_dtype
 from solbench.noise import candidate_noise, noise_seed, step_noise
@@ -62,9 +69,11 @@ def precision_of(role: str) -> str:
     return "explore" if role == EXPLORE_ROLE else "full"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Rollout:
-    """B generated samples and everything needed to score, select, regenerate and train on them."""
+    """B generated samples and everything needed to score, select, regenerate and train on them.
+
+    ``x0`` (and the trajectory's tensors) may be spread over the ranks and are gathered on first read."""
 
     prompt_ids: list[str]
     prompts: list[str]
@@ -72,8 +81,8 @@ class Rollout:
     noise_seeds: list[int]  # seeds of the initial noise (candidates table)
     precision: str  # "full" | "explore"
     dtype: str  # what actually ran: "float32", "bfloat16", "nvfp4_tiny(float32)", ...
-    x0: Tensor  # final latents [B, *latent_shape], float32
-    images: Tensor  # [B, 3, H, W] float32 in [0, 1]
+    x0: Tensor = Gathered()  # final latents [B, *latent_shape], float32 (a ShardedRows until read)
+    images: Tensor  # [B, 3, H, W] float32 in [0, 1], in host memory
     sampler: SamplerSpec  # with guidance and shift resolved
     net: str = "policy"
     stream: str = ""
@@ -86,6 +95,10 @@ class Rollout:
 
     def __len__(self) -> int:
         return len(self.prompts)
+
+    def __repr__(self) -> str:  # never reads x0: that would gather on one rank only
+        return (f"Rollout({len(self)} samples, net={self.net!r}, precision={self.precision!r}, dtype={self.dtype!r}, "
+                f"stream={self.stream!r}, scored={self.rewards is not None})")
 
     def index(self, idx: Sequence[int] | Tensor) -> "Rollout":
         """The sub-rollout of samples ``idx`` (in that order), e.g. the K of N that Sol-RL selects."""
@@ -109,7 +122,7 @@ class Rollout:
             prompts=[self.prompts[i] for i in rows],
             cand_idx=[self.cand_idx[i] for i in rows],
             noise_seeds=[self.noise_seeds[i] for i in rows],
-            x0=take(self.x0),
+            x0=take_rows(self.__dict__["x0"], pos),  # not gathered: only the rows kept
             images=images,
             image_rows=image_rows,
             trajectory=None if self.trajectory is None else self.trajectory.index(pos),
@@ -147,12 +160,39 @@ class Rollout:
             first,
             prompt_ids=cat_list("prompt_ids"), prompts=cat_list("prompts"), cand_idx=cat_list("cand_idx"),
             noise_seeds=cat_list("noise_seeds"),
-            x0=torch.cat([r.x0 for r in rollouts]), images=torch.cat([r.images for r in rollouts]), image_rows=image_rows,
+            x0=cat_rows([r.__dict__["x0"] for r in rollouts]), images=torch.cat([r.images for r in rollouts]),
+            image_rows=image_rows,
             stream=first.stream if all(r.stream == first.stream for r in rollouts) else "",
             trajectory=None if any(t is None for t in trajectories) else Trajectory.cat(trajectories),
             rewards=None if any(r is None for r in rewards) else torch.cat(rewards),
             reward_parts={k: torch.cat([r.reward_parts[k] for r in rollouts]) for k in part_names} if same_parts else {},
         )
+
+
+class _RowBuffers:
+    """The rows of one rank's rollout, filled micro-batch by micro-batch into tensors allocated once
+    (at the first micro-batch, when shapes are known): no list of chunks and no concatenation, which
+    held everything twice at the end. Images go to host memory."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.buffers: dict[str, Tensor] = {}
+
+    def put(self, start: int, *, x0: Tensor, images: Tensor, trajectory: Trajectory | None) -> None:
+        parts = {"x0": x0, "images": images}
+        if trajectory is not None:
+            parts.update(xs=trajectory.xs, log_probs=trajectory.log_probs, means=trajectory.means)
+        for name, value in parts.items():
+            if value is None:
+                continue
+            buffer = self.buffers.get(name)
+            if buffer is None:
+                device = torch.device("cpu") if name == "images" else value.device
+                buffer = self.buffers[name] = value.new_empty((self.rows, *value.shape[1:]), device=device)
+            buffer[start:start + value.shape[0]].copy_(value)
+
+    def get(self, name: str, default: Tensor | None = None) -> Tensor | None:
+        return self.buffers.get(name, default)
 
 
 class Engine:
@@ -319,7 +359,7 @@ class Engine:
             local_prompts = prompts[mine]
             n_local = len(local_prompts)
             chunk = self.micro_batch or max(n_local, 1)
-            outputs = []
+            out = _RowBuffers(n_local)  # x0 and trajectory rows on the device, images in host memory
             with torch.no_grad():
                 for start in range(0, n_local, chunk):
                     sl = slice(start, start + chunk)
@@ -330,32 +370,33 @@ class Engine:
                     x0, trajectory = sampling.sample(
                         lambda x, t, c=cond: self._velocity(module, x, t, c, spec.guidance),
                         x_init[sl], sigmas, spec, noise=noise, keep_trajectory=keep_trajectory)
-                    outputs.append((x0, trajectory, self.adapter.decode(x0)))
-            x0 = torch.cat([o[0] for o in outputs]) if outputs else x_init
-            images = torch.cat([o[2] for o in outputs]) if outputs else x_init.new_zeros((0, 3, 1, 1))
-            trajectory = None
-            if keep_trajectory and outputs:
-                trajectory = outputs[0][1] if len(outputs) == 1 else Trajectory.cat([o[1] for o in outputs])
+                    out.put(start, x0=x0, images=self.adapter.decode(x0), trajectory=trajectory)
+                    del x0, trajectory
+            x0 = out.get("x0", x_init[:0])
+            images = out.get("images", x_init.new_zeros((0, 3, 1, 1), device="cpu"))
+            trajectory = (Trajectory(out.get("xs"), sigmas.clone(), out.get("log_probs"), out.get("means"))
+                          if keep_trajectory and n_local else None)
             image_rows = None
             if self.dist.enabled:
-                x0 = self.dist.gather_rows(x0, n)
-                trajectory = self._gather_trajectory(trajectory, n, keep_trajectory, sigmas)
+                x0 = ShardedRows.from_shards(self.dist, x0, n)  # gathered when (and as far as) it is read
+                trajectory = self._sharded_trajectory(trajectory, n, keep_trajectory, sigmas)
                 image_rows = list(range(mine.start, mine.stop))
         return Rollout(prompt_ids=prompt_ids, prompts=prompts, cand_idx=cand_idx, noise_seeds=seeds,
                        precision=precision, dtype=self.dtype_label(role, module), x0=x0, images=images,
                        sampler=spec, net=role, stream=stream, trajectory=trajectory, image_rows=image_rows)
 
-    def _gather_trajectory(self, local: Trajectory | None, n: int, keep: bool, sigmas: Tensor) -> Trajectory | None:
-        """Every rank's shard of a trajectory, concatenated (a rank with no rows sends empty ones)."""
+    def _sharded_trajectory(self, local: Trajectory | None, n: int, keep: bool, sigmas: Tensor) -> Trajectory | None:
+        """This rank's shard of a trajectory as the rows of the whole one, gathered when read."""
         if not keep:
             return None
         if local is None:  # this rank's shard was empty: take shapes from a stand-in of zero rows
             raise ValueError(f"sample: {n} samples over {self.dist.world_size} ranks leaves rank "
                              f"{self.dist.rank} without samples; request at least one sample per rank")
-        gather = self.dist.gather_rows
-        return Trajectory(gather(local.xs, n), local.ts,
-                          None if local.log_probs is None else gather(local.log_probs, n),
-                          None if local.means is None else gather(local.means, n))
+
+        def spread(t):
+            return None if t is None else ShardedRows.from_shards(self.dist, t, n)
+
+        return Trajectory(spread(local.xs), local.ts, spread(local.log_probs), spread(local.means))
 
     def score(self, rollout: Rollout, *, phase: str = "reward") -> Tensor:
         """Score the rollout's images with the run's rewards; fills rollout.rewards/reward_parts."""

@@ -154,8 +154,10 @@ class PolicyNets(Mapping):
             if explore_source not in self._nets:
                 raise ConfigError(f"explore copy source role {explore_source!r} is not built (roles: {sorted(self._nets)})")
             # Built from the source role itself, its adapter merged on the fly: no full-precision merge
-            # target is kept (on FLUX that was a third bf16 transformer, 24 GB per rank).
-            with self._explore_source_view() as source:
+            # target is kept (on FLUX that was a third bf16 transformer, 24 GB per rank). Under no_grad:
+            # TE's layers keep a second (columnwise, for the backward) copy of their quantized weight
+            # when built with gradients enabled (FLUX: 13.1 GB instead of 6.6), and no copy is trained.
+            with torch.no_grad(), self._explore_source_view() as source:
                 self._nets["explore"] = explore_factory(source).requires_grad_(False)
 
     # -- construction ----------------------------------------------------------------------------
@@ -177,6 +179,15 @@ class PolicyNets(Mapping):
                 transformer = inject_adapter_in_model(lora, transformer, adapter_name=name)
         if not _tuner_layers(transformer):
             raise ConfigError(f"finetune.lora_targets {finetune.lora_targets} match no layer of the transformer")
+        # fp32 adapters on a bf16 (or fp16) base, as the reference's PeftModel makes them: peft's
+        # injection gives each adapter its base layer's dtype, and only PeftModel.__init__ upcasts.
+        # In bf16, AdamW's v * 0.999 rounds back to v, weight decay vanishes, and the EMA/old-policy
+        # lerps and the gradient sums over micro-batches and ranks lose their small terms. Gradients
+        # and the optimizer's moments follow the parameters' dtype; peft runs the adapter branch in it.
+        from peft.tuners.tuners_utils import cast_adapter_dtype
+
+        for name in adapters:
+            cast_adapter_dtype(transformer, adapter_name=name)
         for m in _tuner_layers(transformer):
             m.set_adapter("default")  # trainable, every other adapter frozen
         self.policy = transformer

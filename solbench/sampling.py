@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from solbench.distributed import Gathered, cat_rows, take_rows
 from solbench.errors import ConfigError
 
 SAMPLER_KINDS = ("euler", "dpm2", "flowgrpo_sde", "flowgrpo_cps", "dance_sde", "awm_sde", "sa_solver")
@@ -96,20 +97,30 @@ class SamplerSpec:
                        shift=self.shift if self.shift is not None else shift)
 
 
-@dataclass
 class Trajectory:
     """The states a rollout passed through: xs [B, T+1, ...] (xs[:, 0] the noise, xs[:, -1] = x0),
-    ts [T+1] the schedule, and for stochastic samplers log_probs [B, T] and means [B, T, ...]."""
+    ts [T+1] the schedule, and for stochastic samplers log_probs [B, T] and means [B, T, ...].
 
-    xs: Tensor
-    ts: Tensor
-    log_probs: Tensor | None = None
-    means: Tensor | None = None
+    With several ranks xs, log_probs and means may be spread over the ranks (solbench.distributed
+    ShardedRows) and are gathered when read; ``index`` and ``cat`` keep them spread."""
+
+    xs = Gathered()
+    log_probs = Gathered()
+    means = Gathered()
+
+    def __init__(self, xs, ts: Tensor, log_probs=None, means=None) -> None:
+        self.xs, self.ts, self.log_probs, self.means = xs, ts, log_probs, means
+
+    def _stored(self, name: str):
+        return self.__dict__[name]  # as stored: not gathered
 
     def index(self, idx) -> "Trajectory":
-        idx = _as_index(idx, self.xs.device)
-        return Trajectory(self.xs[idx], self.ts, None if self.log_probs is None else self.log_probs[idx],
-                          None if self.means is None else self.means[idx])
+        if isinstance(idx, slice):
+            idx = torch.arange(len(self._stored("xs")))[idx]
+        pos = torch.as_tensor(idx)
+        pos = (pos.nonzero().flatten() if pos.dtype == torch.bool else pos.long()).cpu()
+        return Trajectory(*(take_rows(self._stored(name), pos) if name != "ts" else self.ts
+                            for name in ("xs", "ts", "log_probs", "means")))
 
     @classmethod
     def cat(cls, trajectories: Sequence["Trajectory"]) -> "Trajectory":
@@ -117,12 +128,11 @@ class Trajectory:
         for tr in trajectories[1:]:
             if not torch.equal(tr.ts, first.ts):
                 raise ValueError("Trajectory.cat: trajectories have different schedules")
+        return cls(*(cat_rows([tr._stored(name) for tr in trajectories]) if name != "ts" else first.ts
+                     for name in ("xs", "ts", "log_probs", "means")))
 
-        def cat_opt(name):
-            parts = [getattr(tr, name) for tr in trajectories]
-            return None if any(p is None for p in parts) else torch.cat(parts)
-
-        return cls(torch.cat([tr.xs for tr in trajectories]), first.ts, cat_opt("log_probs"), cat_opt("means"))
+    def __repr__(self) -> str:
+        return f"Trajectory(rows={len(self._stored('xs'))}, steps={self.ts.shape[0] - 1})"
 
 
 @dataclass
@@ -132,13 +142,6 @@ class StepLogProb:
     log_prob: Tensor
     mean: Tensor
     std: float
-
-
-def _as_index(idx, device) -> Tensor | slice:
-    if isinstance(idx, slice):
-        return idx
-    idx = torch.as_tensor(idx)
-    return (idx if idx.dtype == torch.bool else idx.long()).to(device)
 
 
 # --- one transition ----------------------------------------------------------------------------

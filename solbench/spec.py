@@ -811,8 +811,8 @@ class _Resolver:
                 raise ConfigError(f"{where}: {err}") from None
         if cfg.device not in ("auto", "cpu", "cuda"):
             fail("device", f"must be auto, cpu or cuda, got {cfg.device!r}")
-        if cfg.quant.backend not in ("emulated", "te", "auto"):
-            fail("quant.backend", f"must be emulated, te or auto, got {cfg.quant.backend!r}")
+        if cfg.quant.backend not in ("emulated", "te", "torch", "auto"):
+            fail("quant.backend", f"must be emulated, te, torch or auto, got {cfg.quant.backend!r}")
         if cfg.prompts_per_iter % cfg.world_size:
             fail("prompts_per_iter", f"{cfg.prompts_per_iter} prompt groups do not split over world_size="
                                      f"{cfg.world_size} ranks; use a multiple of {cfg.world_size}")

@@ -124,22 +124,28 @@ def resolve_device(name: str) -> torch.device:
 def quant_explore_fns(quant_cfg) -> ExploreFns:
     """(factory, sync) for the explore copy from the run's quantization recipe (solbench.quant).
 
-    Backend "auto" tries TransformerEngine and, only with allow_emulated_fallback, falls back to
-    the emulated quantizer; "emulated" and "te" are used as given.
+    The backend is resolved when the copy is built, on the device of the module it copies
+    (solbench.quant.backends.choose_backend): "auto" takes TransformerEngine, then torch's scaled
+    matmul (GPUs without TE), then, only with allow_emulated_fallback, the emulated quantizer;
+    "emulated", "te" and "torch" are used as given (emulating only with the fallback allowed). The
+    choice is left on ``factory.choice`` (a BackendChoice; the trainer records it in explore.json).
     """
     from solbench import quant
+    from solbench.quant.backends import choose_backend
 
     recipe = quant.get_recipe(quant_cfg.recipe)
-    backend = "te" if quant_cfg.backend == "auto" else quant_cfg.backend
 
     def factory(module: nn.Module) -> nn.Module:
-        try:
-            return quant.quantized_copy(module, recipe.replace(backend=backend))
-        except quant.BackendUnavailableError:
-            if backend == "emulated" or not quant_cfg.allow_emulated_fallback:
-                raise
-            log.warning("quant backend %s unavailable here: emulating %s", backend, recipe.name)
-            return quant.quantized_copy(module, recipe.replace(backend="emulated"))
+        device = next((p.device for p in module.parameters()), torch.device("cpu"))
+        choice = choose_backend(recipe, quant_cfg.backend, allow_emulated_fallback=quant_cfg.allow_emulated_fallback,
+                                device=device)
+        if choice.backend == "emulated" and quant_cfg.backend != "emulated":
+            log.warning("quant backend %s unavailable here: emulating %s (%s)", quant_cfg.backend, recipe.name,
+                        "; ".join(f"{b}: {why}" for b, why in choice.passed_over.items()))
+        factory.choice = choice
+        return quant.quantized_copy(module, recipe.replace(backend=choice.backend))
+
+    factory.choice = None
 
     def sync(explore: nn.Module, source: nn.Module) -> None:
         quant.sync_weights(explore, source)
@@ -162,8 +168,10 @@ def build_policy_nets(cfg: RunConfig, adapter, roles, *, explore_source: str = "
     finetune = cfg.finetune
     if finetune.lora_init is None:  # the model's default: gaussian on the real models, as every reference
         finetune = dataclasses.replace(finetune, lora_init=default_lora_init(cfg.model.name))
-    return PolicyNets(adapter.transformer, finetune, roles, explore_source=explore_source,
+    nets = PolicyNets(adapter.transformer, finetune, roles, explore_source=explore_source,
                       explore_factory=factory, explore_sync=sync)
+    nets.explore_backend = getattr(factory, "choice", None)  # the resolved quant.backend (BackendChoice)
+    return nets
 
 
 def _seeded_generator(run_seed: int, purpose: str, step: int) -> torch.Generator:
@@ -191,10 +199,12 @@ def _lookahead(items: Iterator[Chunk]) -> Iterator[tuple[Chunk, Chunk | None]]:
 
 class Trainer:
     """The state of one run; ``run()`` drives it. ``explore`` overrides the explore-copy functions
-    (tests use an identity copy to check Sol-RL's invariants)."""
+    (tests use an identity copy to check Sol-RL's invariants); ``adapter`` and ``reward_models``
+    (name -> reward) replace loading the model and rewards from their weights (solbench.measure
+    builds them at their published shapes with random weights)."""
 
     def __init__(self, cfg: RunConfig, store, *, progress=None, explore: ExploreFns | None = None,
-                 dist: DistContext | None = None) -> None:
+                 dist: DistContext | None = None, adapter=None, reward_models: dict | None = None) -> None:
         from solbench.models import build_adapter
         from solbench import rewards as reward_registry
         from solbench.world.prompts import load_prompt_set
@@ -230,14 +240,18 @@ class Trainer:
             prompts_per_iter=cfg.prompts_per_iter, steps=cfg.sampling.steps, shift=cfg.sampling.shift,
             guidance=cfg.sampling.guidance, finetune_mode=cfg.finetune.mode, world_size=cfg.world_size))
 
-        self.adapter = build_adapter(cfg.model, self.device)
+        self.adapter = build_adapter(cfg.model, self.device) if adapter is None else adapter
         uses_explore = "explore" in method_cls.nets
         self.nets = build_policy_nets(cfg, self.adapter, method_cls.nets, explore_source=method_cls.rollout_net,
                                       explore=explore)
+        if getattr(self.nets, "explore_backend", None) is not None:  # which backend quant.backend resolved to, and why
+            log.info("%s", self.nets.explore_backend.describe())
+            self.store.write_json("explore.json", self.nets.explore_backend.record())
         self.timer = PhaseTimer()
         # One instance per reward name, shared by the training sum and evaluation (one copy of each
         # reward model per rank), loaded now: missing weights stop the run at launch, not at step 0's eval.
-        self.reward_models = {name: reward_registry.get(name, self.device)
+        given = reward_models or {}
+        self.reward_models = {name: given[name] if name in given else reward_registry.get(name, self.device)
                               for name in dict.fromkeys([*cfg.rewards, *cfg.eval.rewards])}
         for reward in self.reward_models.values():
             if self.micro_batch["reward"] and isinstance(getattr(reward, "batch_size", None), int):

@@ -64,6 +64,14 @@ def _all_reward_files():
     return out
 
 
+def _pipeline_files(model: str) -> list[str]:
+    """Every file a complete diffusers-layout download of ``model`` holds (first alternative of each)."""
+    from solbench.model_files import COMPONENTS
+
+    return ["model_index.json"] + [f"{folder}/{name.split('|')[-1]}" for folder, names in COMPONENTS[model].items()
+                                   for name in names]
+
+
 def _spec(tmp_path, body: str):
     path = tmp_path / "spec.yaml"
     path.write_text(textwrap.dedent(body))
@@ -196,8 +204,7 @@ def test_model_weights_gated_missing_and_local_directory(tmp_path):
     assert rows["flux"].fix == ("hf download black-forest-labs/FLUX.1-dev --exclude 'flux1-dev.safetensors' "
                                 "--exclude 'ae.safetensors'")  # the single-file checkpoints, 24 GB unused
     local = tmp_path / "sana"
-    for name in ("model_index.json", "transformer/config.json", "transformer/diffusion_pytorch_model.safetensors",
-                 "vae/config.json"):
+    for name in _pipeline_files("sana"):
         (local / name).parent.mkdir(parents=True, exist_ok=True)
         (local / name).write_text("{}")
     ok = doctor.check_model_weights({"sana": str(local)}, required=True, cache_dir=tmp_path)[0]
@@ -205,6 +212,37 @@ def test_model_weights_gated_missing_and_local_directory(tmp_path):
     (local / "vae/config.json").unlink()
     bad = doctor.check_model_weights({"sana": str(local)}, required=True, cache_dir=tmp_path)[0]
     assert bad.status == FAIL and "vae/config.json" in bad.detail and str(local) in bad.fix
+
+
+@pytest.mark.parametrize("model, component", [("flux", "text_encoder_2"), ("sd3", "text_encoder_3"),
+                                               ("sana", "text_encoder"), ("flux", "tokenizer")])
+def test_model_weights_missing_a_text_encoder_or_tokenizer_fail(tmp_path, model, component):
+    """Bug: the doctor checked only the transformer's and the VAE's files, so a download without its
+    text encoders passed the doctor and stopped the run at launch (FluxPipeline.from_pretrained)."""
+    cache = _cache(tmp_path, {doctor.MODEL_WEIGHTS[model].repo_id: [
+        f for f in _pipeline_files(model) if not f.startswith(component + "/")]})
+    row = doctor.check_model_weights({model: None}, required=True, cache_dir=cache)[0]
+    assert row.status == FAIL and f"{component}/" in row.detail, row
+
+
+def test_model_weights_check_every_shard_an_index_names(tmp_path):
+    """A sharded checkpoint with a shard missing (an interrupted download) fails, naming the shard."""
+    import json as _json
+
+    local = tmp_path / "flux"
+    for name in _pipeline_files("flux"):
+        (local / name).parent.mkdir(parents=True, exist_ok=True)
+        (local / name).write_text("{}")
+    index = local / "transformer/diffusion_pytorch_model.safetensors.index.json"
+    shards = [f"diffusion_pytorch_model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    index.write_text(_json.dumps({"weight_map": {f"w{i}": shard for i, shard in enumerate(shards)}}))
+    for shard in shards[:2]:
+        (local / "transformer" / shard).write_text("x")
+    (local / "transformer/diffusion_pytorch_model.safetensors").unlink()
+    row = doctor.check_model_weights({"flux": str(local)}, required=True)[0]
+    assert row.status == FAIL and f"transformer/{shards[2]}" in row.detail
+    (local / "transformer" / shards[2]).write_text("x")
+    assert doctor.check_model_weights({"flux": str(local)}, required=True)[0].status == OK
 
 
 def test_model_table_agrees_with_flops_table():
@@ -355,10 +393,7 @@ def test_check_spec_native_formats():
 
 
 def test_run_checks_flux_spec_on_blackwell_with_weights_passes(tmp_path):
-    cache = _cache(tmp_path / "hub", {**_all_reward_files(),
-                                      "black-forest-labs/FLUX.1-dev": ["model_index.json", "transformer/config.json",
-                                                                       "transformer/diffusion_pytorch_model.safetensors.index.json",
-                                                                       "vae/config.json"]})
+    cache = _cache(tmp_path / "hub", {**_all_reward_files(), "black-forest-labs/FLUX.1-dev": _pipeline_files("flux")})
     spec = _spec(tmp_path, FLUX_SPEC % "emulated")
     rows = doctor.run_checks(spec, cuda=FakeCuda(B200, B200), cache_dir=cache)
     assert doctor.exit_code(rows) == 0, [r for r in rows if r.status == FAIL]

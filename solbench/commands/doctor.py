@@ -23,10 +23,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", default=None,
                         help="Hugging Face hub cache to look in (default: HF_HUB_CACHE / HF_HOME)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    parser.add_argument("--measure", action="store_true",
+                        help="run one iteration of each of SPEC's methods here at the published shapes (random "
+                             "weights, one prompt group) and write per-phase seconds and peak memory beside the "
+                             "doctor's prediction (solbench.measure; docs/measured/README.md)")
+    parser.add_argument("--out", default=None, help="--measure: folder for measure.json and measure.md "
+                                                    "(default results/measure/<spec name>)")
+    parser.add_argument("--budget", type=float, default=480.0,
+                        help="--measure: seconds; no method is started that would end past it (default 480)")
+    parser.add_argument("--methods", default=None, help="--measure: comma-separated methods (default: all, "
+                                                        "sol_rl and naive_scaling first)")
+    parser.add_argument("--tiny", action="store_true", help="--measure: the tiny shapes the CPU tests use")
 
 
 def main(args: argparse.Namespace) -> int:
     from solbench.doctor import exit_code, run_checks
+
+    if args.measure:
+        return _measure(args)
 
     rows = run_checks(args.spec, cache_dir=args.cache_dir)
     if args.json:
@@ -62,3 +76,20 @@ def main(args: argparse.Namespace) -> int:
     elif args.spec:
         console.print("[green]nothing this spec needs is missing[/]")
     return exit_code(rows)
+
+
+def _measure(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from solbench.errors import ConfigError
+    from solbench.measure.iteration import measure_spec
+    from solbench.measure.table import markdown
+
+    if not args.spec:
+        raise ConfigError("--measure needs a SPEC")
+    out = Path(args.out) if args.out else Path("results") / "measure" / Path(args.spec).stem
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    result = measure_spec(args.spec, out, tiny=args.tiny, budget_s=args.budget, methods=methods)
+    print(json.dumps(result, indent=1) if args.json else markdown(result))
+    print(f"wrote {out / 'measure.json'} and {out / 'measure.md'}")
+    return 1 if any(m["error"] for m in result["methods"]) else 0

@@ -66,6 +66,19 @@ def enable() -> None:
     _STATE["reason"] = None
 
 
+@contextlib.contextmanager
+def eager_only():
+    """Run the eager quantizer (bit-identical) inside the block, without counting it as a failure:
+    for code that watches every op itself (solbench.measure.peak's TorchDispatchMode), under which
+    torch.compile finds nothing to compile."""
+    saved = dict(_STATE)
+    _STATE["disabled"] = True
+    try:
+        yield
+    finally:
+        _STATE.update(saved)
+
+
 # --------------------------------------------------------------------------------------------
 # The arithmetic (same operations, same order as formats' eager helpers)
 # --------------------------------------------------------------------------------------------

@@ -103,19 +103,24 @@ class QuantLinear(nn.Module):
         *,
         name: str = "",
         shared_inputs: Optional[_SharedInputQuantization] = None,
+        weight: Optional[torch.Tensor] = None,
+        bias: Optional[torch.Tensor] = None,
     ) -> "QuantLinear":
-        """A QuantLinear holding the quantized weights of `linear`."""
+        """A QuantLinear holding the quantized weights of `linear` (or of `weight`/`bias`, the
+        tensors to quantize when `linear` holds only a stand-in)."""
+        weight = linear.weight if weight is None else weight
+        bias = linear.bias if bias is None else bias
         layer = cls(
             linear.in_features,
             linear.out_features,
-            linear.bias is not None,
+            bias is not None,
             recipe,
             name=name,
-            dtype=linear.weight.dtype,
-            device=linear.weight.device,
+            dtype=weight.dtype,
+            device=weight.device,
             shared_inputs=shared_inputs,
         )
-        layer.load_weight(linear.weight, linear.bias)
+        layer.load_weight(weight, bias)
         return layer
 
     @torch.no_grad()
@@ -198,6 +203,18 @@ def te_unavailable_reason(recipe: QuantRecipe) -> Optional[str]:
     return None
 
 
+def require_backend(recipe: QuantRecipe, device=None) -> None:
+    """Raise BackendUnavailableError when ``recipe.backend`` cannot run here (emulated always can)."""
+    if recipe.backend == "te":
+        _require_te(recipe)
+    elif recipe.backend == "torch":
+        from .native import native_unavailable_reason
+
+        reason = native_unavailable_reason(recipe, device)
+        if reason is not None:
+            raise BackendUnavailableError(f"recipe {recipe.name!r}, backend 'torch': {reason}")
+
+
 def _require_te(recipe: QuantRecipe):
     reason = te_unavailable_reason(recipe)
     if reason is not None:
@@ -220,15 +237,18 @@ def _require_te(recipe: QuantRecipe):
 class TELinear(nn.Module):
     """te.Linear under TE's low-precision autocast: the real FP4/FP8 GEMM on Blackwell/Hopper."""
 
-    def __init__(self, linear: nn.Linear, recipe: QuantRecipe, *, name: str = "") -> None:
+    def __init__(self, linear: nn.Linear, recipe: QuantRecipe, *, name: str = "",
+                 weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None) -> None:
         super().__init__()
         te, self._te_recipe = _require_te(recipe)
+        weight = linear.weight if weight is None else weight  # the tensor to quantize (linear may hold a stand-in)
+        bias = linear.bias if bias is None else bias
         if linear.in_features % 16 or linear.out_features % 16:
             raise ValueError(
                 f"layer {name!r}: TransformerEngine needs in/out features divisible by 16, got "
                 f"{linear.in_features}x{linear.out_features}; add it to the recipe's skip list"
             )
-        if not linear.weight.is_cuda:
+        if not weight.is_cuda:
             raise ValueError(
                 f"layer {name!r}: backend='te' builds TransformerEngine layers on the GPU; move the "
                 "model to a CUDA device before quantized_copy"
@@ -237,7 +257,7 @@ class TELinear(nn.Module):
         self.out_features = linear.out_features
         self.recipe = recipe
         self.name = name
-        device = linear.weight.device
+        device = weight.device
         # The copy holds only its low-precision weight where TE allows: built under TE's
         # quantized-parameter init (quantized_model_init, TE >= 2.8; fp8_model_init before), te.Linear
         # stores the weight as a QuantizedTensor (FP8 or NVFP4 data + scales) and no BF16 copy.
@@ -249,8 +269,8 @@ class TELinear(nn.Module):
         if init is not None:
             try:
                 with init(enabled=True, recipe=self._te_recipe):
-                    self.inner = te.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None,
-                                           params_dtype=linear.weight.dtype, device=device)
+                    self.inner = te.Linear(linear.in_features, linear.out_features, bias=bias is not None,
+                                           params_dtype=weight.dtype, device=device)
                 self.low_precision_weights = type(self.inner.weight).__name__ != "Parameter" or hasattr(
                     self.inner.weight, "quantize_")
             except (NotImplementedError, ValueError, RuntimeError, TypeError, AssertionError):
@@ -259,8 +279,8 @@ class TELinear(nn.Module):
             self.inner = te.Linear(
                 linear.in_features,
                 linear.out_features,
-                bias=linear.bias is not None,
-                params_dtype=linear.weight.dtype,
+                bias=bias is not None,
+                params_dtype=weight.dtype,
                 device=device,
             )
         # TE >= 2.8 calls it autocast(recipe=...); older releases fp8_autocast(fp8_recipe=...).
@@ -268,7 +288,7 @@ class TELinear(nn.Module):
             self._autocast = lambda: te.autocast(enabled=True, recipe=self._te_recipe)
         else:
             self._autocast = lambda: te.fp8_autocast(enabled=True, fp8_recipe=self._te_recipe)
-        self.load_weight(linear.weight, linear.bias)
+        self.load_weight(weight, bias)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -330,11 +350,23 @@ def make_quantized_layer(
     *,
     name: str,
     shared_inputs: Optional[_SharedInputQuantization],
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
 ) -> nn.Module:
-    """The backend's replacement for `linear` (weights quantized from `linear`)."""
+    """The backend's replacement for `linear`, its weights quantized from `weight` and `bias` (default:
+    `linear`'s own; quantized_copy passes the policy's, `linear` then holding a meta-device stand-in)."""
+    weight = linear.weight if weight is None else weight
+    bias = linear.bias if bias is None else bias
     if recipe.backend == "te":
-        return TELinear(linear, recipe, name=name)
-    return QuantLinear.from_linear(linear, recipe, name=name, shared_inputs=shared_inputs)
+        return TELinear(linear, recipe, name=name, weight=weight, bias=bias)
+    if recipe.backend == "torch":
+        layer = NativeLinear(linear.in_features, linear.out_features, bias is not None, recipe, name=name,
+                             dtype=weight.dtype, device=weight.device)
+        layer.load_weight(weight, bias)
+        return layer
+    return QuantLinear.from_linear(linear, recipe, name=name, shared_inputs=shared_inputs, weight=weight, bias=bias)
 
 
-QUANTIZED_LAYER_TYPES: Tuple[type, ...] = (QuantLinear, TELinear)
+from .native import NativeLinear  # noqa: E402  (native.py imports this module's helpers)
+
+QUANTIZED_LAYER_TYPES: Tuple[type, ...] = (QuantLinear, TELinear, NativeLinear)

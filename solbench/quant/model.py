@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Union
 import torch
 import torch.nn as nn
 
-from .layers import QUANTIZED_LAYER_TYPES, _require_te, _SharedInputQuantization, make_quantized_layer
+from .layers import QUANTIZED_LAYER_TYPES, _SharedInputQuantization, make_quantized_layer, require_backend
 from .recipes import QuantRecipe, get_recipe
 
 __all__ = [
@@ -153,13 +153,16 @@ def _set_submodule(root: nn.Module, name: str, module: nn.Module) -> None:
     setattr(parent, child, module)
 
 
-def _strip_adapters(policy_root: nn.Module, copy_root: nn.Module) -> None:
-    """Replace every peft layer in the copy by its base layer holding the merged weight."""
+def _strip_adapters(policy_root: nn.Module, copy_root: nn.Module, skip: Iterable[str] = ()) -> None:
+    """Replace every peft layer in the copy by its base layer holding the merged weight (the layers
+    named in ``skip`` keep their weight as it is: quantized_copy replaces them from the policy)."""
+    skip = set(skip)
     for name, layer in _tuner_layers(policy_root).items():
         copied = copy_root.get_submodule(name)
         base = copied.get_base_layer()
-        with torch.no_grad():
-            base.weight.copy_(_merged_adapter_weight(name, layer))
+        if name not in skip:
+            with torch.no_grad():
+                base.weight.copy_(_merged_adapter_weight(name, layer))
         if name:
             _set_submodule(copy_root, name, base)
         else:
@@ -203,12 +206,21 @@ def quantized_copy(
         nn.Linear in the original dtype. Refresh it after optimizer steps with `sync_weights`.
     """
     recipe = get_recipe(recipe)
-    if recipe.backend == "te":
-        _require_te(recipe)  # fail at once, even if the recipe ends up quantizing no layer
     root = _policy_root(model)
+    if recipe.backend != "emulated":  # fail at once, even if the recipe ends up quantizing no layer
+        require_backend(recipe, next((p.device for p in root.parameters()), None))
+    tuners = _tuner_layers(root)
+    # The Linears the copy quantizes, by their base name, with the full-precision module that holds
+    # their weight in the policy (a peft layer's base_layer). Their weights are never deep-copied:
+    # the copy gets a meta-device stand-in and the quantized layer is built from the policy's weight
+    # (or, for an adapted layer, from W + scale * B @ A formed for that one layer and dropped after).
+    # Copying them first cost a full-precision transformer's worth of transient memory (+23 GB on FLUX).
+    quantized = {name: linear for name, linear in _base_linears(root, tuners).items() if _quantizes(recipe, name, linear)}
     memo = {id(p): p for p in _shareable_parameters(root, recipe)} if share_frozen else {}
+    for linear in quantized.values():
+        memo[id(linear.weight)] = nn.Parameter(torch.empty_like(linear.weight, device="meta"), requires_grad=False)
     copied = copy_module.deepcopy(root, memo)
-    _strip_adapters(root, copied)
+    _strip_adapters(root, copied, skip=set(quantized))
     for parameter in copied.parameters():
         parameter.grad = None
     copied.requires_grad_(False)
@@ -219,10 +231,14 @@ def quantized_copy(
         if not isinstance(module, nn.Linear):
             continue
         reason = recipe.skip_reason(name, module)
-        if reason is None and not _quantizes(recipe, name, module):
-            reason = "TransformerEngine needs in/out features divisible by 16"
+        if reason is None and name not in quantized:
+            reason = f"backend {recipe.backend} needs in/out features divisible by 16"
         if reason is None:
-            _set_submodule(copied, name, make_quantized_layer(module, recipe, name=name, shared_inputs=shared))
+            weight = _merged_adapter_weight(name, tuners[name]) if name in tuners else quantized[name].weight
+            layer = make_quantized_layer(module, recipe, name=name, shared_inputs=shared,
+                                         weight=weight.detach(), bias=quantized[name].bias)
+            _set_submodule(copied, name, layer)
+            del weight
         rows.append(
             LayerQuantization(name, module.in_features, module.out_features, reason is None, reason or recipe.label)
         )
@@ -231,11 +247,25 @@ def quantized_copy(
     return copied
 
 
+def _base_linears(root: nn.Module, tuners: Dict[str, nn.Module]) -> Dict[str, nn.Linear]:
+    """Every nn.Linear the policy computes with, under its base name (a peft layer's base_layer
+    under the peft layer's name), mapped to the module holding its full-precision weight."""
+    found: Dict[str, nn.Linear] = {}
+    for name, module in root.named_modules():
+        if name in tuners:
+            base = module.get_base_layer()
+            if isinstance(base, nn.Linear):
+                found[name] = base
+        elif isinstance(module, nn.Linear) and not any(name.startswith(t + ".") for t in tuners if t):
+            found[name] = module
+    return found
+
+
 def _quantizes(recipe: QuantRecipe, name: str, module: nn.Module) -> bool:
     """Whether `recipe` replaces the nn.Linear `name` by a quantized layer."""
     if recipe.skip_reason(name, module) is not None:
         return False
-    return not (recipe.backend == "te" and (module.in_features % 16 or module.out_features % 16))
+    return not (recipe.backend in ("te", "torch") and (module.in_features % 16 or module.out_features % 16))
 
 
 def _shareable_parameters(root: nn.Module, recipe: QuantRecipe) -> List[nn.Parameter]:

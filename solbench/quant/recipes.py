@@ -29,7 +29,7 @@ class UnknownRecipeError(KeyError):
         return str(self.args[0])
 
 
-BACKENDS = ("emulated", "te")
+BACKENDS = ("emulated", "te", "torch")  # "torch": solbench.quant.native (scaled matmul, no TE)
 
 # Activation blocks are fixed by the format: TE quantizes activations in 1x16 blocks for NVFP4,
 # the MX spec uses 1x32, and FP8 current scaling uses one scale per tensor.
@@ -62,8 +62,9 @@ class QuantRecipe:
             that the reference model fuses into one Linear above min_dim and diffusers splits
             into smaller ones (SANA's cross-attention kv_linear, 2240 -> 4480, is diffusers'
             attn2.to_k and attn2.to_v, 2240 -> 2240 each).
-        backend: "emulated" (fake quantization in plain torch, runs anywhere) or "te"
-            (TransformerEngine te.Linear on Blackwell (NVFP4) / Hopper+ (FP8) GPUs).
+        backend: "emulated" (fake quantization in plain torch, runs anywhere), "te"
+            (TransformerEngine te.Linear on Blackwell (NVFP4) / Hopper+ (FP8) GPUs) or "torch"
+            (torch's scaled matmul on the same tensor cores, no TE: solbench.quant.native).
         nonfinite: what the quantizer does with NaN/inf in weights or activations: "error"
             (default: raise, naming the layer) or "propagate" (the affected blocks become NaN).
         description: one line for humans.

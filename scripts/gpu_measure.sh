@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The true-shape GPU check, as one command on a lent H100/H200 (or any CUDA GPU), from the repository root:
+#
+#   bash scripts/gpu_measure.sh [SPEC] [BUDGET_S]      (defaults: experiments/flux_main.yaml, 420)
+#
+# 1. installs the wheels scripts/fetch_gpu_wheels.sh put in .whl/ (if any) into /tmp/site, --no-deps;
+# 2. lays solbench out as installed (solbench/ with methods/ as solbench/methods, symlinks) under
+#    /tmp/solbench_pkg, without pip touching torch;
+# 3. scripts/gpu_check.py: the scaled-matmul explore backend against the emulated numbers at FLUX's
+#    layer shapes, sync-free, and its speed; fp32 LoRA state on a bf16 GPU model (about a minute);
+# 4. `solbench doctor SPEC --measure --budget BUDGET_S`: one iteration per method at published shapes;
+# Everything lands in $OUT (the device tool's output folder; ./gpu_measure_out when unset): gpu_check.json,
+# measure.json and measure.md (rewritten after every method, so a run cut short keeps what it measured)
+# and gpu_measure.log. The whole script stays under the device tool's 600 s per command (DEADLINE_S).
+# Extra arguments for the measurement go in SOLBENCH_MEASURE_ARGS (e.g. "--tiny --methods sol_rl").
+set -uo pipefail
+SPEC=${1:-experiments/flux_main.yaml}
+BUDGET=${2:-420}
+PYTHON=${PYTHON:-python3}
+OUT_DIR=${OUT:-$PWD/gpu_measure_out}
+WORK=$(mktemp -d /tmp/solbench_measure.XXXXXX)
+mkdir -p "$OUT_DIR"
+LOG="$OUT_DIR/gpu_measure.log"
+exec > >(tee "$LOG") 2>&1
+echo "gpu_measure: spec $SPEC, budget ${BUDGET}s, output $OUT_DIR, started $(date -u +%FT%TZ)"
+
+SITE=""
+WHEELS=${SOLBENCH_WHEELS:-.whl}
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" "$WHEELS"/*.whl \
+    || { echo "gpu_measure: installing $WHEELS/ failed"; exit 3; }
+  SITE="$WORK/site:"
+else
+  echo "gpu_measure: no wheels in $WHEELS/ (bash scripts/fetch_gpu_wheels.sh); using the installed packages"
+fi
+mkdir -p "$WORK/pkg/solbench"
+for entry in solbench/*; do ln -s "$PWD/$entry" "$WORK/pkg/solbench/"; done
+ln -s "$PWD/methods" "$WORK/pkg/solbench/methods"
+export PYTHONPATH="${SITE}$WORK/pkg${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+
+DEADLINE_S=${DEADLINE_S:-585}
+status=0
+timeout 120 "$PYTHON" scripts/gpu_check.py --out "$OUT_DIR" || { echo "gpu_measure: gpu_check exit $?"; status=1; }
+# shellcheck disable=SC2086  # SOLBENCH_MEASURE_ARGS is a list of arguments
+timeout $((DEADLINE_S - SECONDS)) "$PYTHON" -m solbench doctor "$SPEC" --measure --budget "$BUDGET" \
+  --out "$OUT_DIR" ${SOLBENCH_MEASURE_ARGS:-} || { echo "gpu_measure: measure exit $?"; status=1; }
+echo "gpu_measure: done $(date -u +%FT%TZ) after ${SECONDS}s, status $status"
+exit $status

@@ -1,0 +1,309 @@
+"""`solbench doctor SPEC --measure`: one real iteration of each of a spec's methods at true shapes.
+
+For each method of the spec (Sol-RL and naive BF16 scaling first, then the others in the spec's
+order, while the time budget lasts) the spec's first run of that method is measured as one rank:
+its model and reward models at their published shapes with random weights (solbench.measure.published),
+its micro-batches, sampler settings, LoRA, gradient checkpointing and CPU offload as the spec has
+them, one prompt group (world size 1), one training iteration through the real Trainer. Per phase:
+seconds, FLOPs, the peak memory (``torch.cuda.max_memory_allocated`` on a GPU, the phase's own
+allocations on CPU), beside the doctor's itemised prediction for that phase and the cost
+projection's seconds per forward. The explore copy uses what ``quant.backend: auto`` picks here;
+a recipe whose format the GPU lacks (NVFP4 on Hopper) is measured in FP8 with the same layer
+selection, and the result says so.
+
+Left out, by construction: the other ranks (no gathers or gradient all-reduce), the other 47 prompt
+groups of an iteration (phase times scale with images; a rank's per-phase peak does not, past one
+micro-batch), evaluation, checkpoint writing, and the time to load real weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from solbench.timing import PhaseTimer
+
+__all__ = ["MeasuringTimer", "measure_spec", "PRIORITY"]
+
+PRIORITY = ("sol_rl", "naive_scaling")  # measured first: the paper's headline comparison
+PROMPTS = ["a photo of a red fox sitting in fresh snow", "an empty prompt-free street at night"]
+
+
+class MeasuringTimer(PhaseTimer):
+    """A PhaseTimer that also records each phase's peak memory, in bytes, on ``device``.
+
+    CUDA: the allocator's peak over the phase (nested phases included: an inner phase's reset of the
+    peak statistic is folded back into the outer one). CPU: the bytes the phase allocated at its peak
+    (solbench.measure.peak.PeakMemory), not counting what existed before it.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = torch.device(device)
+        self.log: list[tuple] = []  # (PhaseRecord, peak bytes), every phase, in completion order
+        self._stack: list[list[int]] = []
+
+    @contextmanager
+    def phase(self, name: str, **kw):
+        with super().phase(name, **kw) as record:
+            if self.device.type == "cuda":
+                if self._stack:
+                    self._stack[-1][0] = max(self._stack[-1][0], torch.cuda.max_memory_allocated(self.device))
+                torch.cuda.reset_peak_memory_stats(self.device)
+                self._stack.append([0])
+                try:
+                    yield record
+                finally:
+                    torch.cuda.synchronize(self.device)
+                    peak = max(self._stack.pop()[0], torch.cuda.max_memory_allocated(self.device))
+                    if self._stack:
+                        self._stack[-1][0] = max(self._stack[-1][0], peak)
+                    self.log.append((record, peak))
+            else:
+                from solbench.measure.peak import PeakMemory
+
+                with PeakMemory(self.device) as meter:
+                    yield record
+                self.log.append((record, meter.bytes))
+
+
+@dataclass
+class MethodMeasurement:
+    method: str
+    run_id: str
+    recipe: str = ""
+    backend: str = ""
+    notes: list[str] = field(default_factory=list)
+    setup_s: float = 0.0
+    iteration_s: float = 0.0
+    phases: list[dict] = field(default_factory=list)
+    predicted: dict = field(default_factory=dict)
+    error: str = ""
+
+
+def _device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _method_runs(spec_path, methods: list[str] | None) -> list:
+    """The spec's first run of each method, Sol-RL and naive scaling first."""
+    from solbench.spec import load_spec
+
+    first = {}
+    for planned in load_spec(spec_path).runs:
+        first.setdefault(planned.config.method, planned.config)
+    order = [m for m in PRIORITY if m in first] + [m for m in first if m not in PRIORITY]
+    if methods:
+        unknown = sorted(set(methods) - set(first))
+        if unknown:
+            from solbench.errors import ConfigError
+
+            raise ConfigError(f"--methods: {', '.join(unknown)} not in {spec_path} (it runs {', '.join(order)})")
+        order = [m for m in order if m in methods]
+    return [first[m] for m in order]
+
+
+def _explore_fns(cfg, device: torch.device, notes: list[str]):
+    """(factory, sync, recipe, backend) for the run's explore copy on this machine: backend auto, and
+    the recipe's FP8 twin (same layers) where the GPU lacks the recipe's FP4 format."""
+    from solbench import quant
+    from solbench.quant.backends import choose_backend
+
+    recipe = quant.get_recipe(cfg.quant.recipe)
+    choice = choose_backend(recipe, "auto", allow_emulated_fallback=True, device=device)
+    if choice.backend == "emulated" and device.type == "cuda" and recipe.format != "fp8":
+        twin = recipe.replace(name=f"{recipe.name}->fp8", format="fp8", weight_block=None)
+        fp8 = choose_backend(twin, "auto", allow_emulated_fallback=True, device=device)
+        if fp8.backend != "emulated":
+            notes.append(f"{recipe.format.upper()} is not native here ({'; '.join(choice.passed_over.values())}): "
+                         f"explored in FP8 with {recipe.name}'s layer selection")
+            recipe, choice = twin, fp8
+    if choice.passed_over:
+        notes.append(choice.describe())
+    chosen = recipe.replace(backend=choice.backend)
+
+    def factory(module):
+        return quant.quantized_copy(module, chosen)
+
+    return factory, quant.sync_weights, chosen, choice.backend
+
+
+def _measure_run(cfg, *, device: torch.device, tiny: bool, rewards: dict, workdir: Path) -> MethodMeasurement:
+    from solbench.doctor import SpecNeeds, _add_run, memory_items
+    from solbench.measure.published import build_adapter
+    from solbench.method import get_method
+    from solbench.results import RunStore
+    from solbench.trainer import Trainer
+
+    result = MethodMeasurement(cfg.method, cfg.run_id)
+    prompts = workdir / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    run = dataclasses.replace(cfg, world_size=1, prompts_per_iter=1, iterations=1, device=device.type,
+                              train_prompts=str(prompts), eval=dataclasses.replace(cfg.eval, prompts=str(prompts),
+                                                                                  n_prompts=None))
+    if tiny:  # the tiny shapes' own resolution
+        run = dataclasses.replace(run, model=dataclasses.replace(run.model, resolution=None))
+    start = time.perf_counter()
+    adapter = build_adapter(run.model.name, device, torch.bfloat16, tiny=tiny, resolution=run.model.resolution,
+                            cpu_offload=run.model.cpu_offload)
+    if run.model.gradient_checkpointing:
+        adapter.transformer.enable_gradient_checkpointing()
+    explore = None
+    if "explore" in get_method(run.method).nets:
+        factory, sync, recipe, backend = _explore_fns(run, device, result.notes)
+        explore, result.recipe, result.backend = (factory, sync), recipe.name, backend
+    trainer = Trainer(run, RunStore(workdir / run.run_id, run.run_id), explore=explore, adapter=adapter,
+                      reward_models={k: v for k, v in rewards.items() if k in {*run.rewards, *run.eval.rewards}})
+    timer = MeasuringTimer(device)
+    timer.step = 1
+    trainer.timer = trainer.engine.timer = timer
+    result.setup_s = time.perf_counter() - start
+    needs = SpecNeeds()
+    _add_run(needs, cfg.to_dict())
+    items = memory_items(needs.profiles[0]) if needs.profiles else []
+    result.predicted = {name.split(":")[0]: gb for name, gb in items}
+    start = time.perf_counter()
+    trainer.step = 1
+    try:
+        trainer.train_iteration()
+    except torch.cuda.OutOfMemoryError as err:  # what ran until then is still reported
+        open_phases = [r.phase for r in timer._open]
+        result.error = f"out of GPU memory in phase {open_phases[-1] if open_phases else '?'}: {str(err).splitlines()[0]}"
+    result.iteration_s = time.perf_counter() - start
+    per_forward = adapter.flops_per_forward()
+    for record, peak in timer.log:
+        forwards = record.flops / per_forward if record.flops and per_forward else None
+        result.phases.append({
+            "phase": record.phase, "precision": record.precision, "seconds": round(record.seconds, 4),
+            "n_images": record.n_images, "flops": record.flops,
+            "forward_equivalents": round(forwards, 2) if forwards else None,
+            "seconds_per_forward": round(record.seconds / forwards, 5) if forwards else None,
+            "peak_gb": round(peak / 1e9, 6),
+            "predicted_gb": _predicted_phase_gb(result.predicted, record.phase),
+        })
+    del trainer, adapter
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+# Which of the doctor's activation items a phase's peak holds (besides every weights item).
+_PHASE_ACTIVATIONS = {"explore": ("activations/rollout", "activations/decode"),
+                      "regenerate": ("activations/rollout", "activations/decode"),
+                      "rollout": ("activations/rollout", "activations/decode"),
+                      "eval": ("activations/rollout", "activations/decode"),
+                      "reward": ("activations/reward",), "train": ("activations/train",),
+                      "select": (), "sync": ()}
+
+
+def _predicted_phase_gb(items: dict, phase: str) -> float | None:
+    """The doctor's allocated GB during ``phase``: every weights item plus the phase's largest
+    activation item (its CUDA-context and fragmentation overhead is not allocated memory)."""
+    if not items:
+        return None
+    weights = sum(gb for name, gb in items.items() if name.startswith(("weights/", "caches/")))
+    acts = [items.get(name, 0.0) for name in _PHASE_ACTIVATIONS.get(phase, ())]
+    return round(weights + max(acts, default=0.0), 1)
+
+
+def projected_seconds_per_forward(model: str, resolution: int | None, hardware: str, low_precision: bool) -> float:
+    """The cost projection's seconds for one transformer forward of one image (solbench.report.cost:
+    its closed-form FLOPs, a hardware profile's dense peaks and the paper setting's utilisation)."""
+    from solbench.report.cost import PaperSetting, forward_flops, get_hardware
+
+    hw, setting = get_hardware(hardware), PaperSetting()
+    f = forward_flops(model, resolution)
+    bf16 = hw.bf16 * 1e15
+    quantized = f.quantized if (low_precision and f.quantized is not None) else (f.linear if low_precision else 0.0)
+    low = hw.explore_peak()[0] * 1e15
+    return (quantized / (low * setting.mfu) + (f.linear - quantized) / (bf16 * setting.mfu)
+            + f.attention / (bf16 * setting.attention_mfu))
+
+
+def _hardware_profile() -> str | None:
+    if not torch.cuda.is_available():
+        return None
+    major, _ = torch.cuda.get_device_capability()
+    return "B200" if major >= 10 else ("H100" if major == 9 else None)
+
+
+def measure_spec(spec_path, out_dir, *, tiny: bool = False, budget_s: float = 480.0,
+                 methods: list[str] | None = None, device: torch.device | str | None = None) -> dict:
+    """Measure one iteration per method of ``spec_path`` here; write measure.json and measure.md to
+    ``out_dir`` and return the JSON. Stops starting methods when the next would overrun ``budget_s``."""
+    from solbench.measure.published import build_rewards
+    from solbench.measure.table import write_outputs
+
+    device = torch.device(device) if device is not None else _device()
+    start = time.perf_counter()
+    runs = _method_runs(spec_path, methods)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = sorted({name for cfg in runs for name in (*cfg.rewards, *cfg.eval.rewards)})
+    rewards = build_rewards(names, device, tiny=tiny)
+    for reward in rewards.values():
+        if callable(getattr(reward, "load", None)):
+            reward.load()
+    result = {
+        "spec": str(spec_path), "tiny": tiny, "device": _device_name(device), "torch": torch.__version__,
+        "hardware_profile": _hardware_profile(), "budget_s": budget_s, "elapsed_s": 0.0, "methods": [],
+        "left_out": [],
+        "not_measured": ["other ranks: gathers and the gradient all-reduce (one GPU, world size 1)",
+                         "the other prompt groups of an iteration (one group; phase times scale with images)",
+                         "evaluation, checkpoints, loading real weights",
+                         "TransformerEngine where it is not installed (backend auto's choice is recorded)"],
+    }
+    last = 0.0
+    with tempfile.TemporaryDirectory(prefix="solbench_measure_runs.") as workdir:  # run stores, not outputs
+        for cfg in runs:
+            elapsed = time.perf_counter() - start
+            if elapsed + last > budget_s:
+                result["left_out"].append({"method": cfg.method, "why": f"time budget: {elapsed:.0f} s spent, the last "
+                                                                        f"method took {last:.0f} s, budget {budget_s:.0f} s"})
+                continue
+            t0 = time.perf_counter()
+            try:
+                measured = _measure_run(cfg, device=device, tiny=tiny, rewards=rewards, workdir=Path(workdir))
+            except Exception as err:  # one method's failure (e.g. out of memory building it) is its row
+                measured = MethodMeasurement(cfg.method, cfg.run_id, error=f"{type(err).__name__}: "
+                                                                           f"{str(err).strip().splitlines()[0][:300]}")
+                gc.collect()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            last = time.perf_counter() - t0
+            _add_projection(measured, cfg, result["hardware_profile"], tiny)
+            result["methods"].append(dataclasses.asdict(measured))
+            result["elapsed_s"] = round(time.perf_counter() - start, 1)
+            write_outputs(result, out_dir)  # after every method: a run cut short keeps what it measured
+    result["elapsed_s"] = round(time.perf_counter() - start, 1)
+    write_outputs(result, out_dir)
+    return result
+
+
+def _add_projection(measured: MethodMeasurement, cfg, hardware: str | None, tiny: bool) -> None:
+    """The cost projection's seconds per forward beside each sampling phase's measured one."""
+    if not hardware or tiny:
+        return
+    for row in measured.phases:
+        if row["seconds_per_forward"] and row["phase"] in ("explore", "regenerate", "rollout"):
+            low = bool(measured.recipe) and row["phase"] == "explore"
+            row["projected_seconds_per_forward"] = round(projected_seconds_per_forward(
+                cfg.model.name, cfg.model.resolution, hardware, low), 5)
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"{torch.cuda.get_device_name(device)} (sm_{major}{minor})"
+    import platform
+
+    return f"CPU ({platform.processor() or platform.machine()})"
+

@@ -1,0 +1,223 @@
+"""The explore copy on the GPU's own low-precision tensor cores without TransformerEngine (backend "torch").
+
+TransformerEngine has no wheel for its PyTorch extension (it compiles against the local torch and
+CUDA), so a machine without it used to explore emulated, slower than BF16. This backend needs
+nothing beyond torch: ``NativeLinear`` keeps the weight in the format itself (FP8 E4M3 codes and a
+per-tensor scale; NVFP4 packed E2M1 codes, E4M3 block scales in cuBLAS's swizzled layout and the
+per-tensor scale) and runs torch's scaled matrix multiply on it:
+
+- FP8 (Ada sm_89, Hopper sm_90, Blackwell): ``torch._scaled_mm`` with per-tensor scales, the
+  input quantized on every forward with TE's current scaling (scale = 448 / amax).
+- NVFP4 (Blackwell sm_100+): ``torch._scaled_mm`` on ``float4_e2m1fn_x2`` operands with swizzled
+  E4M3 block scales (torchao's NVFP4 route), times the two per-tensor decode scales.
+
+The operands are solbench's own quantizers' (solbench.quant.formats, TE's arithmetic to the bit):
+the weight through ``quantize``, the input through the sync-free ``quantize_fp8_rows`` /
+``quantize_nvfp4_rows`` below, which give the same codes and scales as ``quantize`` without
+reading anything back to the host (a host sync per layer would serialise the GPU). So the native
+path consumes exactly the numbers the emulated path computes with; only the GEMM's accumulation
+order and its output rounding differ (tests/test_quant_native.py, scripts/gpu_check.py).
+
+Inputs are not checked for NaN/inf on every forward (that is a host sync): a non-finite explore
+rollout shows up as a non-finite reward, which the trainer stops on before training. Weights are
+checked when they load (``recipe.nonfinite``). Weight-only recipes and MXFP4 have no native path here.
+On CPU the FP8 path runs too (torch has a CPU ``_scaled_mm``; a reference for tests, not a speed-up);
+``backend: auto`` only takes this backend on CUDA GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from .formats import (
+    _FP32_ONE_SIXTH,
+    _nvfp4_global_scales,
+    E4M3_MAX,
+    FLT_MAX,
+    FP4_MAX,
+    NVFP4_BLOCK,
+    NonFiniteError,
+    _encode_e2m1_,
+    quantize,
+    swizzle_scales_128x4,
+)
+from .layers import BackendUnavailableError, te_rows_padded
+from .recipes import QuantRecipe
+
+__all__ = ["NativeLinear", "native_unavailable_reason", "quantize_fp8_rows", "quantize_nvfp4_rows"]
+
+# Blackwell is the first architecture with FP4 tensor cores; Ada and Hopper have FP8.
+_NEEDED_CAPABILITY = {"fp8": (8, 9), "nvfp4": (10, 0)}
+ROW_MULTIPLE = 16  # cuBLAS's scaled GEMMs want the row count (and K, N) in multiples of 16
+
+
+def native_unavailable_reason(recipe: QuantRecipe, device: torch.device | str | None = None,
+                              capability: Optional[tuple[int, int]] = None) -> Optional[str]:
+    """Why ``recipe`` cannot run on torch's scaled matmul on ``device`` (default: the current GPU,
+    else CPU), or None if it can. ``capability`` (major, minor) stands for the CUDA device's own
+    (what solbench doctor reports); given, it is used instead of asking torch.cuda."""
+    if not recipe.activations:
+        return "torch's scaled matmul quantizes both operands; there is no weight-only mode"
+    if recipe.format == "mxfp4":
+        return "no MXFP4 path is implemented on torch's scaled matmul (NVFP4 and FP8 are)"
+    if recipe.format == "fp8" and recipe.weight_block is not None:
+        return "torch's FP8 scaled matmul here takes per-tensor weight scales only (recipe has per-channel)"
+    if not hasattr(torch, "_scaled_mm") or (recipe.format == "nvfp4" and not hasattr(torch, "float4_e2m1fn_x2")):
+        return f"this torch {torch.__version__} has no scaled matmul for {recipe.format}"
+    if device is None:
+        cuda = capability is not None or torch.cuda.is_available()
+        device = torch.device("cuda") if cuda else torch.device("cpu")
+    device = torch.device(device)
+    needed = _NEEDED_CAPABILITY[recipe.format]
+    if device.type == "cuda":
+        major, minor = capability or torch.cuda.get_device_capability(device)
+        if (major, minor) < needed:
+            return f"the GPU is sm_{major}{minor}; {recipe.format} tensor cores need sm_{needed[0]}{needed[1]} or newer"
+        return None
+    if device.type == "cpu" and recipe.format == "fp8":
+        return None  # torch's CPU kernel: numerics, not speed
+    return f"{recipe.format} through torch's scaled matmul needs a CUDA GPU (sm_{needed[0]}{needed[1]}+), not {device.type}"
+
+
+# --------------------------------------------------------------------------------------------
+# Activation quantizers without host syncs (same codes and scales as formats.quantize)
+# --------------------------------------------------------------------------------------------
+
+
+def quantize_fp8_rows(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E4M3 codes as float8_e4m3fn, fp32 0-dim decode scale) of ``x2d`` with TE's per-tensor current
+    scaling, as formats.quantize(x, "fp8") computes them (finite inputs), with no host sync."""
+    low, high = torch.aminmax(x2d)
+    amax = torch.maximum(high.float(), low.float().neg())
+    encode = torch.full_like(amax, E4M3_MAX).div_(amax).clamp_(max=FLT_MAX)
+    encode = torch.where(amax == 0, torch.ones_like(encode), encode)
+    codes = (x2d.float() * encode).to(torch.float8_e4m3fn)  # RNE; |x * encode| <= 448 by construction
+    return codes, torch.reciprocal(encode)
+
+
+def quantize_nvfp4_rows(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(packed E2M1 codes uint8 [M, K/2], E4M3 block scales [M, K/16], fp32 0-dim S_dec) of ``x2d``
+    [M, K] (K a multiple of 16) in 1x16 blocks with TE's arithmetic, as formats.quantize(x, "nvfp4")
+    computes them (finite inputs), with no host sync."""
+    rows, k = x2d.shape
+    blocks = x2d.float().view(rows, k // NVFP4_BLOCK, NVFP4_BLOCK)
+    amax = blocks.abs().amax(dim=-1)  # [M, K/16]
+    g = amax.max() if amax.numel() else amax.new_zeros(())
+    encode_global = torch.where(g == 0, torch.ones_like(g), (torch.full_like(g, FP4_MAX * E4M3_MAX) / g).clamp(max=FLT_MAX))
+    decode_global = torch.reciprocal(encode_global)
+    multiplier = encode_global * _FP32_ONE_SIXTH  # fp32(S_enc * fp32(1/6)), as TE folds it
+    block_scale = (amax * multiplier).clamp_(max=E4M3_MAX).to(torch.float8_e4m3fn)  # RNE onto the E4M3 grid
+    encode = torch.reciprocal(block_scale.float() * decode_global).clamp_(max=FLT_MAX)
+    y = (blocks * encode[..., None]).reshape(-1).contiguous()
+    codes = _encode_e2m1_(y, torch.empty_like(y, dtype=torch.int32), torch.empty_like(y, dtype=torch.int32))
+    pairs = codes.view(-1, 2)
+    packed = (pairs[:, 0] | (pairs[:, 1] << 4)).to(torch.uint8)
+    return packed.view(rows, k // 2), block_scale, decode_global
+
+
+
+# --------------------------------------------------------------------------------------------
+# The layer
+# --------------------------------------------------------------------------------------------
+
+
+class NativeLinear(nn.Module):
+    """nn.Linear replacement holding its weight in FP8 or NVFP4 and multiplying on the tensor cores.
+
+    Buffers: ``codes`` (float8_e4m3fn [N, K] or packed uint8 [N, K/2]), ``scales`` (fp32 0-dim for
+    FP8; swizzled float8_e4m3fn block scales for NVFP4), ``decode`` (fp32 0-dim per-tensor decode
+    scale), ``bias`` (the layer's dtype). No full-precision copy of the weight is kept. Whether the
+    device runs it is checked by quantized_copy (``native_unavailable_reason``); an NVFP4 layer can be
+    built and loaded anywhere (its operands are checked on CPU), its forward needs sm_100+.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, recipe: QuantRecipe, *, name: str = "",
+                 dtype: torch.dtype = torch.bfloat16, device=None) -> None:
+        super().__init__()
+        if recipe.format not in _NEEDED_CAPABILITY:
+            raise BackendUnavailableError(f"layer {name!r}, recipe {recipe.name!r}: "
+                                          f"{native_unavailable_reason(recipe, device)}")
+        if in_features % 16 or out_features % 16:
+            raise ValueError(f"layer {name!r}: scaled matmuls need in/out features divisible by 16, got "
+                             f"{in_features}x{out_features}; add it to the recipe's skip list")
+        self.in_features, self.out_features = in_features, out_features
+        self.recipe, self.name, self.dtype = recipe, name, dtype
+        fp4 = recipe.format == "nvfp4"
+        self.register_buffer("codes", torch.zeros(out_features, in_features // 2 if fp4 else in_features,
+                                                  dtype=torch.uint8 if fp4 else torch.float8_e4m3fn, device=device))
+        scales = (swizzle_scales_128x4(torch.zeros(out_features, in_features // NVFP4_BLOCK, dtype=torch.float8_e4m3fn,
+                                                   device=device)) if fp4 else torch.ones((), device=device))
+        self.register_buffer("scales", scales)
+        self.register_buffer("decode", torch.ones((), device=device))
+        self.register_buffer("bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None)
+
+    @torch.no_grad()
+    def load_weight(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
+        """Quantize full-precision ``weight`` (and copy ``bias``) into the layer's buffers."""
+        if tuple(weight.shape) != (self.out_features, self.in_features):
+            raise ValueError(f"layer {self.name!r}: weight of shape {tuple(weight.shape)} does not fit "
+                             f"[out_features={self.out_features}, in_features={self.in_features}]")
+        try:
+            q = quantize(weight.detach().to(self.codes.device), self.recipe.format, self.recipe.weight_block,
+                         nonfinite=self.recipe.nonfinite)
+        except NonFiniteError as exc:
+            raise NonFiniteError(f"layer {self.name!r}, weight: {exc}") from None
+        if self.recipe.format == "fp8":
+            self.codes.copy_(q.codes.view(torch.float8_e4m3fn))
+            self.scales.copy_(q.scales)
+            self.decode.fill_(1.0)
+        else:
+            self.codes.copy_(q.codes)
+            self.scales.copy_(q.swizzled_scales())
+            self.decode.fill_(_nvfp4_global_scales(float(q.global_amax))[1])  # S_dec, exactly as formats
+        if (bias is None) != (self.bias is None):
+            raise ValueError(f"layer {self.name!r}: bias presence differs between source ({bias is not None}) and copy")
+        if bias is not None:
+            self.bias.copy_(bias.detach())
+
+    def dequantized_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The weight the GEMM multiplies by, decoded (for checks; the forward never forms it)."""
+        if self.recipe.format == "fp8":
+            return (self.codes.float() * self.scales).to(dtype)
+        from .formats import E2M1_VALUES, _e4m3_to_float
+
+        n, k = self.out_features, self.in_features
+        table = E2M1_VALUES.to(self.codes.device)
+        values = torch.stack([table[(self.codes & 15).long()], table[(self.codes >> 4).long()]], dim=-1).view(n, k)
+        scales = _unswizzle(self.scales, n, k // NVFP4_BLOCK)
+        return (values.view(n, -1, NVFP4_BLOCK) * (_e4m3_to_float(scales) * self.decode)[..., None]).view(n, k).to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return te_rows_padded(self._matmul, x, ROW_MULTIPLE)
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2d = x.reshape(-1, self.in_features)
+        if self.recipe.format == "fp8":
+            codes, decode = quantize_fp8_rows(x2d)
+            if self.dtype != torch.float32:  # scales and bias applied in the GEMM's epilogue, one rounding
+                out = torch._scaled_mm(codes, self.codes.t(), decode, self.scales, bias=self.bias, out_dtype=self.dtype)
+                return out.view(*lead, self.out_features)
+            out = torch._scaled_mm(codes, self.codes.t(), decode, self.scales, out_dtype=torch.float32)
+        else:
+            codes, block_scales, decode = quantize_nvfp4_rows(x2d)
+            out = torch._scaled_mm(codes.view(torch.float4_e2m1fn_x2), self.codes.view(torch.float4_e2m1fn_x2).t(),
+                                   swizzle_scales_128x4(block_scales), self.scales, out_dtype=torch.float32)
+            out = out * (decode * self.decode)
+        if self.bias is not None:
+            out = out + self.bias.float()
+        return out.to(self.dtype).view(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"precision={self.recipe.label!r} (torch scaled matmul)")
+
+
+def _unswizzle(flat: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Inverse of formats.swizzle_scales_128x4: the [rows, cols] scale matrix back from cuBLAS's layout."""
+    row_blocks, col_blocks = -(-rows // 128), -(-cols // 4)
+    raw = flat.view(torch.uint8).view(row_blocks, col_blocks, 32, 4, 4).permute(0, 3, 2, 1, 4)
+    return raw.reshape(row_blocks * 128, col_blocks * 4)[:rows, :cols].view(flat.dtype)

@@ -1,0 +1,43 @@
+"""scripts/gpu_measure.sh, the one command a session with a lent GPU runs, dry on this CPU.
+
+The script lays solbench out as installed (symlinks, methods/ as solbench.methods) without pip, runs
+scripts/gpu_check.py (its device checks skip here and say so) and `solbench doctor SPEC --measure`, and
+writes gpu_check.json, measure.json, measure.md and its log into $OUT. Here it runs the tiny shapes of
+tests/test_measure.py's FLUX spec; on the GPU the same lines run flux_main at published shapes
+(docs/measured/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from test_measure import SPEC
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_measure_script_runs_the_check_and_the_measurement_and_collects_their_files(tmp_path):
+    spec = tmp_path / "measure_check.yaml"
+    spec.write_text(textwrap.dedent(SPEC))
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHON=sys.executable, OUT=str(out), SOLBENCH_WHEELS=str(tmp_path / "no-wheels"),
+               SOLBENCH_MEASURE_ARGS="--tiny --methods sol_rl")
+    proc = subprocess.run(["bash", "scripts/gpu_measure.sh", str(spec), "120"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_check.json", "gpu_measure.log", "measure.json", "measure.md"]
+    check = json.loads((out / "gpu_check.json").read_text())
+    assert check["native_fp8"] == {"skipped": "no CUDA device"} or "skipped" in check["native_fp8"]
+    assert check["environment"]["packages"]["diffusers"]
+    # solbench imported from the script's installed-layout symlinks, methods/ as solbench.methods
+    assert check["environment"]["solbench_methods"].startswith("/tmp/solbench_measure.")
+    measured = json.loads((out / "measure.json").read_text())
+    assert [m["method"] for m in measured["methods"]] == ["sol_rl"] and not measured["methods"][0]["error"]
+    log = (out / "gpu_measure.log").read_text()
+    assert "no wheels in" in log and "status 0" in log
