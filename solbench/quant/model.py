@@ -219,7 +219,7 @@ def quantized_copy(
         if not isinstance(module, nn.Linear):
             continue
         reason = recipe.skip_reason(name, module)
-        if reason is None and not _quantizes(recipe, name, module):
+        if reason is None and not quantizes(recipe, name, module):
             reason = "TransformerEngine needs in/out features divisible by 16"
         if reason is None:
             _set_submodule(copied, name, make_quantized_layer(module, recipe, name=name, shared_inputs=shared))
@@ -231,8 +231,10 @@ def quantized_copy(
     return copied
 
 
-def _quantizes(recipe: QuantRecipe, name: str, module: nn.Module) -> bool:
-    """Whether `recipe` replaces the nn.Linear `name` by a quantized layer."""
+def quantizes(recipe: QuantRecipe, name: str, module) -> bool:
+    """Whether `recipe` replaces the nn.Linear `name` by a quantized layer: the one rule `quantized_copy`
+    applies and the cost projections count with (solbench.quant.shares). ``module`` needs only
+    ``in_features`` and ``out_features``."""
     if recipe.skip_reason(name, module) is not None:
         return False
     return not (recipe.backend == "te" and (module.in_features % 16 or module.out_features % 16))
@@ -245,7 +247,7 @@ def _shareable_parameters(root: nn.Module, recipe: QuantRecipe) -> List[nn.Param
     for name, module in root.named_modules():
         if any(name == p or name.startswith(p + ".") for p in tuner_prefixes if p):
             continue  # the copy merges the adapter into this layer's weight
-        if isinstance(module, nn.Linear) and _quantizes(recipe, name, module):
+        if isinstance(module, nn.Linear) and quantizes(recipe, name, module):
             continue
         shareable += [p for p in module.parameters(recurse=False) if not p.requires_grad]
     return shareable

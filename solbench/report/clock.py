@@ -2,8 +2,11 @@
 
 Every timing row carries the FLOPs its phase counted (``timings.flops``; solbench/flops.py). The projected
 clock of a run at step s is the sum, over its training iterations 1..s and their phases with a count
-(evaluation excluded), of flops / (peak of the phase's precision x mfu): explore-precision phases at the
-profile's low-precision peak (NVFP4 on B200, FP8 on H100), every other phase at its BF16 peak
+(evaluation excluded), of flops / (peak x mfu). Full-precision phases run at the profile's BF16 peak.
+Explore-precision phases run at the precision each FLOP really ran at: the share q of a forward's FLOPs
+that the run's recipe quantizes (``solbench.quant.shares.precision_split`` of the run's model, resolution
+and ``quant.recipe``, the rule ``quantized_copy`` applies) at the low-precision peak (NVFP4 on B200, FP8
+on H100), the rest (attention products, the layers the recipe keeps) at BF16
 (``solbench.report.cost.HARDWARE``, options ``hardware`` and ``mfu``). It is a PROJECTION, never a
 measurement: it lets a CPU run (where FP4 is emulated and slower than full precision) show the shape
 the paper's wall-clock claims would have on FP4 hardware. Phases without a FLOP count (e.g. select,
@@ -26,10 +29,41 @@ def hardware(tables: Tables):
     return get_hardware(tables.options.hardware)
 
 
+def projected_seconds(flops, explore, share, hw, mfu: float) -> np.ndarray:
+    """PROJECTED seconds of FLOP counts on one GPU of ``hw`` at utilisation ``mfu``: full-precision rows at
+    the BF16 peak; ``explore`` rows with ``share`` of their FLOPs at the low-precision peak and the rest at
+    BF16. Arrays (or scalars) broadcast together."""
+    flops = np.asarray(flops, dtype=float)
+    share = np.where(np.asarray(explore, dtype=bool), np.asarray(share, dtype=float), 0.0)
+    low_peak, _ = hw.explore_peak()
+    per_flop = share / (low_peak * 1e15) + (1.0 - share) / (hw.bf16 * 1e15)
+    return flops * per_flop / mfu
+
+
+def run_shares(runs: pd.DataFrame) -> pd.Series:
+    """Per run_id: the share of an explore forward's FLOPs its recipe quantizes (on TransformerEngine's
+    backend, the hardware projected onto), from the run's resolved spec (p_model.*, p_quant.recipe)."""
+    from solbench.quant.shares import precision_split
+
+    def value(row, column):
+        v = row.get(column)
+        return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+
+    out = {}
+    for _, row in runs.iterrows():
+        recipe = value(row, "p_quant.recipe") or "nvfp4_tiny"  # the QuantConfig default
+        resolution = value(row, "p_model.resolution")
+        split = precision_split(str(row["model"]), str(recipe), resolution=int(resolution) if resolution else None,
+                                path=value(row, "p_model.path"), backend="te")
+        out[str(row["run_id"])] = split.quantized_share
+    return pd.Series(out, dtype=float)
+
+
 def phase_projection(tables: Tables) -> pd.DataFrame:
-    """Training timing rows of done runs with a FLOP count: run_id, step, phase, precision, flops, projected_s."""
+    """Training timing rows of done runs with a FLOP count: run_id, step, phase, precision, flops,
+    quantized_share (of explore rows; 0 otherwise), projected_s."""
     t = tables.timings
-    cols = ["run_id", "step", "phase", "precision", "flops", "projected_s"]
+    cols = ["run_id", "step", "phase", "precision", "flops", "quantized_share", "projected_s"]
     if "flops" not in t:
         return pd.DataFrame(columns=cols)
     t = t[t["run_id"].isin(tables.done_runs["run_id"]) & ~t["phase"].isin(EVAL_PHASES)].copy()
@@ -37,11 +71,12 @@ def phase_projection(tables: Tables) -> pd.DataFrame:
     t = t.dropna(subset=["flops", "step"])
     if t.empty:
         return pd.DataFrame(columns=cols)
-    hw = hardware(tables)
-    low_peak, _ = hw.explore_peak()
-    mfu = tables.options.mfu
-    peak = np.where(t["precision"].astype(str) == "explore", low_peak, hw.bf16) * 1e15 * mfu
-    t["projected_s"] = t["flops"].to_numpy(float) / peak
+    explore = (t["precision"].astype(str) == "explore").to_numpy()
+    runs = tables.done_runs[tables.done_runs["run_id"].isin(t.loc[explore, "run_id"])]
+    shares = run_shares(runs.drop_duplicates("run_id")) if len(runs) else pd.Series(dtype=float)
+    t["quantized_share"] = np.where(explore, t["run_id"].map(shares).to_numpy(float), 0.0)
+    t["projected_s"] = projected_seconds(t["flops"], explore, t["quantized_share"], hardware(tables),
+                                         tables.options.mfu)
     return t[cols].reset_index(drop=True)
 
 
@@ -89,8 +124,15 @@ def describe(tables: Tables) -> str:
     hw = hardware(tables)
     low_peak, low_name = hw.explore_peak()
     counted, uncounted = counted_phases(tables)
-    text = (f"{PROJECTION}: the run's counted FLOPs per phase at the {hw.name} rate of the precision each phase ran "
-            f"at (explore in {low_name}, {low_peak:g} PFLOP/s; full precision BF16, {hw.bf16:g} PFLOP/s) x "
+    proj = phase_projection(tables)
+    shares = proj.loc[proj["precision"].astype(str) == "explore"].groupby("run_id")["quantized_share"].first()
+    share_text = ""
+    if len(shares):
+        lo, hi = float(shares.min()), float(shares.max())
+        share_text = (f" (explore phases: only the {lo:.0%}" + (f"-{hi:.0%}" if hi - lo > 5e-4 else "")
+                      + f" of a forward's FLOPs the run's recipe quantizes at {low_name}, the rest at BF16)")
+    text = (f"{PROJECTION}: the run's counted FLOPs per phase at the {hw.name} rate of the precision each FLOP ran "
+            f"at{share_text}: {low_name} {low_peak:g} PFLOP/s, BF16 {hw.bf16:g} PFLOP/s, x "
             f"{tables.options.mfu:.0%} utilisation, summed over training iterations; not a measurement. Phases "
             f"counted: {', '.join(counted) or 'none'}")
     if uncounted:
