@@ -13,6 +13,7 @@ the recipe keeps, convolutions) at full precision.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -69,8 +70,19 @@ def precision_split(model: str, recipe: QuantRecipe | str, *, resolution: int | 
     """The PrecisionSplit of one forward of ``model`` (tiny | flux | sd3 | sana) at ``resolution`` under
     ``recipe`` (a name, a QuantRecipe or ``"none"``). ``backend`` ("emulated" | "te") overrides the
     recipe's: on ``te`` a layer whose features are not divisible by 16 stays in full precision."""
+    if isinstance(recipe, str):
+        return _cached_split(model, recipe, resolution, path, backend)
+    return _split(model, recipe, resolution, path, backend)
+
+
+def _split(model, recipe, resolution, path, backend) -> PrecisionSplit:
     class_name, config, shape_key = model_architecture(model, resolution=resolution, path=path)
     total, layers = linear_layers(class_name, config, shape_key)
     if recipe != NO_RECIPE and backend is not None:
         recipe = get_recipe(recipe).replace(backend=backend)
     return split_layers(layers, total, recipe, model=model)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_split(model, recipe: str, resolution, path, backend) -> PrecisionSplit:
+    return _split(model, recipe, resolution, path, backend)
