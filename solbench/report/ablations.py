@@ -22,7 +22,7 @@ from solbench.report.paired import paired_difference
 from solbench.report.plotting import new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import fmt_ci, fmt_num, mean_ci
-from solbench.report.tables import Tables, _hashable, method_display
+from solbench.report.tables import Tables, _fmt_setting, _hashable, method_display
 
 # Paper axes first, under readable names (aliases cover other spellings of the same field).
 AXIS_NAMES = {
@@ -128,8 +128,6 @@ def _ablation_figure(tables: Tables, model: str, method: str, name: str, data: p
                      metric: str, default_arm: str | None) -> Figure:
     """One panel per axis: the paired Δ from the default arm (the same intervals as the table's Δ column),
     the other axes held at their most common value."""
-    from solbench.report.tables import _fmt_setting
-
     d = data[data["metric"] == metric]
     fig = new_figure(3.6 * len(axes), 3.2)
     panels = fig.subplots(1, len(axes), squeeze=False)[0]
@@ -222,15 +220,16 @@ def sweep_heatmap(tables: Tables):
     bi, bj = ks.index(best[k_col]), ns.index(best[n_col])
     if info.get("decided"):
         ax.plot([bj], [bi + 0.32], marker="*", markersize=11, color="red")
-    ax.set_xticks(range(len(ns)), [str(v) for v in ns])
-    ax.set_yticks(range(len(ks)), [str(v) for v in ks])
+    ax.set_xticks(range(len(ns)), [_fmt_setting(v) for v in ns])  # 16, never "16.0"
+    ax.set_yticks(range(len(ks)), [_fmt_setting(v) for v in ks])
     ax.set_xlabel("candidates N")
     ax.set_ylabel("kept K")
     fig.colorbar(im, ax=ax, label="objective (mean of trials)")
     number = f"#{int(best['number'])} " if "number" in best and pd.notna(best.get("number")) else ""
-    ax.set_title((f"best: trial {number}N={best[n_col]}, K={best[k_col]}: {best['value']:.4f}" if info.get("decided") else
+    n_best, k_best = _fmt_setting(best[n_col]), _fmt_setting(best[k_col])
+    ax.set_title((f"best: trial {number}N={n_best}, K={k_best}: {best['value']:.4f}" if info.get("decided") else
                   f"{len(chosen)} of {len(set_cells)} cells within noise of the top (boxed)" if info.get("intervals") else
-                  f"top trial {number}N={best[n_col]}, K={best[k_col]}: {best['value']:.4f}, no interval (not judged)"),
+                  f"top trial {number}N={n_best}, K={k_best}: {best['value']:.4f}, no interval (not judged)"),
                  fontsize=9)
     top = trials.sort_values("value", ascending=not maximize).head(10)
     keep = [c for c in ["number", n_col, k_col, "value"] if c in top]

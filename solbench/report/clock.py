@@ -61,7 +61,15 @@ def run_shares(runs: pd.DataFrame) -> pd.Series:
 
 def phase_projection(tables: Tables) -> pd.DataFrame:
     """Training timing rows of done runs with a FLOP count: run_id, step, phase, precision, flops,
-    quantized_share (of explore rows; 0 otherwise), projected_s."""
+    quantized_share (of explore rows; 0 otherwise), projected_s. Computed once per Tables and options."""
+    key = (tables.options.hardware, tables.options.mfu, len(tables.timings), len(tables.done_runs))
+    cache = tables.__dict__.setdefault("_phase_projection", {})
+    if key not in cache:
+        cache[key] = _phase_projection(tables)
+    return cache[key]
+
+
+def _phase_projection(tables: Tables) -> pd.DataFrame:
     t = tables.timings
     cols = ["run_id", "step", "phase", "precision", "flops", "quantized_share", "projected_s"]
     if "flops" not in t:

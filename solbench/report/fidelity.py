@@ -225,7 +225,7 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...]) -> Figure:
               if ((groups["kind"] == kind) & (groups["arm"] == arm)).any()]
     colours = {key: _FALLBACK[i % len(_FALLBACK)] if i else "#1f77b4" for i, key in enumerate(series)}
     hit_cols = [f"hit@{k}" for k in ks if f"hit@{k}" in groups and groups[f"hit@{k}"].notna().any()]
-    fig = new_figure(12.0 if hit_cols else 8.0, 3.6)
+    fig = new_figure(12.0 if hit_cols else 8.0, 3.6 + 0.16 * (len(series) + 1) // 2)
     axes = fig.subplots(1, 3 if hit_cols else 2)
     bins = np.linspace(-1, 1, 21)
     for ax, col, label in ((axes[0], "kendall_tau", "Kendall τ per prompt group"),
@@ -234,11 +234,12 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...]) -> Figure:
             v = groups.loc[(groups["kind"] == key[0]) & (groups["arm"] == key[1]), col].dropna()
             if len(v):
                 ax.hist(v, bins=bins, histtype="step", linewidth=1.4, color=colours[key],
-                        label=f"{key[1]}, {key[0]} (mean {v.mean():.3f}, n={len(v)})")
+                        label=f"{_short(key[1])}, {key[0]} (ρ/τ mean {v.mean():.3f}, n={len(v)})" if col == "spearman_rho"
+                        else None)
         ax.set_xlabel(label, fontsize=8)
         ax.set_ylabel("prompt groups", fontsize=8)
         ax.tick_params(labelsize=7)
-    axes[0].legend(fontsize=6, loc="upper left")
+    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside lower center", fontsize=6, ncols=2)
     if hit_cols:
         ax = axes[2]
         width = 0.8 / max(len(series), 1)
@@ -256,6 +257,12 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...]) -> Figure:
         ax.tick_params(labelsize=7)
     fig.suptitle("Ranking fidelity: proxy (explore precision) vs full-precision rewards of the same seeds", fontsize=10)
     return _fidelity_output(fig, groups)
+
+
+def _short(arm: str, width: int = 60) -> str:
+    import textwrap
+
+    return textwrap.shorten(arm, width, placeholder="...")
 
 
 def _fidelity_output(fig, groups: pd.DataFrame) -> Figure:

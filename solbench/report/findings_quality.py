@@ -45,7 +45,9 @@ def paired_finding(f: Finding, p: Paired | None, why_missing: str, *, relative: 
     f.prompts_only = not p.ci.seed_variance_estimated
     f.per_seed = json.dumps({str(s): round(v / scale, 6) for s, v in zip(p.seeds, p.ci.per_seed)})
     steps = f"Step {p.step}; " if p.step is not None else ""
-    f.detail += f" {steps}{len(p.seeds)} seed pair(s); means {fmt_num(p.arm_mean)} vs {fmt_num(p.base_mean)}."
+    means = (f"; means {fmt_num(p.arm_mean)} vs {fmt_num(p.base_mean)}"
+             if np.isfinite(p.arm_mean) and np.isfinite(p.base_mean) else "")
+    f.detail += f" {steps}{len(p.seeds)} seed pair(s){means}."
     if f.prompts_only and len(p.seeds) > 0 and p.ci.n_prompts:
         f.detail += (f" {len(p.seeds)} run seed(s): the seed-to-seed variance is not estimated, so this interval "
                      "rests on the eval prompts alone.")

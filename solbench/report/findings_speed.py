@@ -195,17 +195,22 @@ def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
     groups = groups.assign(what=groups["run_id"].map(lambda r: "final policy" if pd.notna(ckpt.get(r)) else "base model"))
     if "reward_name" not in groups or groups["reward_name"].isna().all():
         groups = groups.assign(reward_name="")
+    from solbench.report.findings import training_rewards
+
+    trained = training_rewards(tables, tables.done_runs[tables.done_runs["model"] == model])
     out = []
     for what in [w for w in ("final policy", "base model") if w in set(groups["what"])]:
         g_what = groups[groups["what"] == what]
         names = [n for n in dict.fromkeys(g_what["reward_name"]) if n != "total"] or ["total"]
+        names = sorted(names, key=lambda n: n not in trained)  # the training reward first (stable: else data order)
         for i, reward in enumerate(names):
             g = g_what[g_what["reward_name"] == reward]
             rho = g["spearman_rho"].dropna().to_numpy(float)
             f = blank(what)
-            f.metric, f.role = reward, (TRAINING if i == 0 else "held-out")
+            f.metric, f.role = reward, (TRAINING if (reward in trained or (i == 0 and not trained)) else "held-out")
             ci = mean_ci(rho, o.ci_level)
-            f.effect, f.lo, f.hi = ci.mean, ci.lo, ci.hi
+            # a correlation's t interval can pass ±1 on few prompts: bounds in range
+            f.effect, f.lo, f.hi = ci.mean, max(ci.lo, -1.0), min(ci.hi, 1.0)
             f.covers = f"prompt groups ({len(rho)}), t interval over prompts; {int(g['spearman_rho'].isna().sum())} constant"
             n = int(g["n_pairs"].median()) if len(g) else 0
             hits = ", ".join(f"hit@{k} {g[f'hit@{k}'].mean():.2f} (chance {k / n:.2f})"

@@ -132,7 +132,7 @@ def main_results(tables: Tables):
         outputs.append(Table(f"main_results_{model}", f"Main results, {model}", tidy_df, caption,
                              display=pd.DataFrame(display_rows)))
         if seed_rows:
-            outputs.append(_per_seed_table(model, seed_rows, ref_arm))
+            outputs.append(_per_seed_table(model, seed_rows, ref_arm, rewards[0]))
         if longer:
             outputs.append(long_horizon_table(tables, model, runs, rewards, step))
         skills = _skill_breakdown(tables, model, rewards, step)
@@ -206,14 +206,16 @@ def _vs_reference(tables: Tables, model: str, metric: str, arm: str, ref_arm: st
     return out
 
 
-def _per_seed_table(model: str, seed_rows: list, ref_arm: str) -> Table:
+def _per_seed_table(model: str, seed_rows: list, ref_arm: str, headline: str) -> Table:
     data = pd.concat(seed_rows, ignore_index=True)
+    shown = data[data["metric"] == headline]
+    display = shown.groupby(["arm", "comparison"], sort=False)["difference"].agg(
+        lambda v: ", ".join(f"{x:+.4f}" for x in v)).reset_index().rename(columns={"difference": "per seed"})
     return Table(f"main_results_per_seed_{model}", f"Paired differences per run seed, {model}", data, (
-        f"Each run seed's own paired difference from {ref_arm} (mean over the eval prompts common to every seed of "
-        "the comparison, each the mean over its eval seeds), at equal iterations and at equal PROJECTED time: the "
-        "units whose spread is the seed-to-seed variance of the Δ intervals above. CSV only."),
-        display=data.groupby(["arm", "metric", "comparison"])["difference"].agg(
-            lambda v: ", ".join(f"{x:+.4f}" for x in v)).reset_index().rename(columns={"difference": "per seed"}))
+        f"Each run seed's own paired difference from {ref_arm} in `{headline}` (mean over the eval prompts common to "
+        "every seed of the comparison, each the mean over its eval seeds), at equal iterations and at equal PROJECTED "
+        "time, in seed order: the units whose spread is the seed-to-seed variance of the Δ intervals above. Every "
+        "reward: the CSV."), display=display)
 
 
 def long_horizon_table(tables: Tables, model: str, runs: pd.DataFrame, rewards: list[str], step: int) -> Table:

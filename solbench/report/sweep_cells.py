@@ -168,20 +168,32 @@ def _pareto_figure(cells: pd.DataFrame, info: dict, level: float) -> Figure:
     ax = fig.subplots()
     x = cells["value_time"].to_numpy(float) * 1e3
     y = cells["mean"].to_numpy(float)
-    err = np.vstack([(cells["mean"] - cells["lo"]).fillna(0).clip(lower=0), (cells["hi"] - cells["mean"]).fillna(0).clip(lower=0)])
-    ax.errorbar(x, y, yerr=err, fmt="o", color="#7f7f7f", capsize=3, markersize=4, label="cells (interval)")
+    paired = "vs_top_lo" in cells and cells["vs_top_lo"].notna().any()
+    if paired:  # the interval that decides: each cell's paired difference from the top, placed at the cell
+        top = float(cells["mean"].max())
+        lo, hi = top + cells["vs_top_lo"], top + cells["vs_top_hi"]
+        lo, hi = lo.where(cells["vs_top_lo"].notna() & (cells["mean"] < top), cells["mean"]), hi.where(
+            cells["vs_top_hi"].notna() & (cells["mean"] < top), cells["mean"])
+    else:
+        lo, hi = cells["lo"], cells["hi"]
+    err = np.vstack([(cells["mean"] - lo).fillna(0).clip(lower=0), (hi - cells["mean"]).fillna(0).clip(lower=0)])
+    ax.errorbar(x, y, yerr=err, fmt="o", color="#7f7f7f", capsize=3, markersize=4,
+                label="cells (paired interval from the top)" if paired else "cells (interval)")
     front = cells[cells["pareto"]].sort_values("value_time")
     ax.plot(front["value_time"] * 1e3, front["mean"], marker="o", color="#d62728", linewidth=2.0, drawstyle="steps-post",
             label="Pareto front (Optuna)")
-    for _, r in cells.iterrows():
-        ax.annotate(r["label"], (r["value_time"] * 1e3, r["mean"]), textcoords="offset points", xytext=(4, 4), fontsize=6)
+    for i, (_, r) in enumerate(cells.sort_values("value_time").iterrows()):  # staggered: equal times do not overlap
+        ax.annotate(r["label"], (r["value_time"] * 1e3, r["mean"]), textcoords="offset points",
+                    xytext=(4, 4 + 9 * (i % 3)), fontsize=6)
+    ax.margins(x=0.2)  # room for the labels of the outermost cells
     ax.set_xlabel("PROJECTED GPU time per iteration (ms)", fontsize=8)
     ax.set_ylabel(f"final {info['metric']}", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return Figure("sweep_pareto", "Sweep: reward against PROJECTED GPU time per iteration", fig, (
-        "Each cell: final reward (bars: its interval, as in the table above) against its PROJECTED GPU seconds per "
-        "training iteration (counted FLOPs at the precision each ran at; a projection, not a measurement). Red: "
-        "Optuna's Pareto front of the study's two objectives, from point estimates; cells whose bars overlap cannot "
-        f"be ordered on reward at {level:.0%}."), data=cells)
+        "Each cell: final reward against its PROJECTED GPU seconds per training iteration (counted FLOPs at the "
+        "precision each ran at; a projection, not a measurement). Bars: the paired interval of the cell's difference "
+        "from the top cell (the table's Δ vs top, placed at the cell; where the cells share no run seed or eval "
+        "prompts, the cell's own interval): a bar reaching the top cell's reward means the sweep cannot put the cell "
+        f"below it at {level:.0%}. Red: Optuna's Pareto front of the two objectives, from point estimates."), data=cells)

@@ -348,12 +348,23 @@ def _label_arms(runs: pd.DataFrame) -> pd.DataFrame:
         for index, run in group.iterrows():
             if varying:
                 sort_keys[index] = tuple(_sort_key(_hashable(run[c])) for c in varying)
-                parts = ", ".join(f"{_short_setting(c)}={_fmt_setting(_hashable(run[c]))}" for c in varying)
-                labels[index] = f"{run['method_display']} ({parts})"
+                parts = [f"{_short_setting(c)}={_fmt_setting(_hashable(run[c]))}" for c in varying
+                         if not c.startswith("p_checkpoint.")]
+                if any(c.startswith("p_checkpoint.") for c in varying):  # one part, not a path and run id
+                    parts.insert(0, f"checkpoint={_checkpoint_label(run)}")
+                labels[index] = f"{run['method_display']} ({', '.join(parts)})"
     runs["arm"] = labels
     runs["arm_key"] = sort_keys
     runs.attrs["setting_columns"] = settings
     return runs
+
+
+def _checkpoint_label(run) -> str:
+    """A fidelity run's checkpoint in a few characters: the method and step it came from, or 'base'."""
+    method, step = _hashable(run.get("p_checkpoint.method")), _hashable(run.get("p_checkpoint.step"))
+    if method is None and _hashable(run.get("p_checkpoint.path")) is None:
+        return "base"
+    return f"{method or 'run'}" + (f"@{_fmt_setting(step)}" if step is not None else "")
 
 
 def data_hash(results_dir: Path) -> str:
