@@ -248,7 +248,11 @@ class Objective:
         return f"final {name} (maximize)"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if not self.multi:  # studies recorded before reward_and_time existed keep matching their objective
+            data.pop("hardware")
+            data.pop("mfu")
+        return data
 
 
 # ----------------------------------------------------------------------------------------------

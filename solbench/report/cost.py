@@ -52,8 +52,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from solbench.report.registry import Note, Table, report_kind
-from solbench.report.stats import fmt_num
+from solbench.report.registry import Table, report_kind
 from solbench.report.tables import Tables
 
 # ---- hardware -----------------------------------------------------------------------------------
@@ -429,41 +428,12 @@ def cost_projection(tables: Tables):
         )
         outputs.append(Table(f"cost_projection_{hw_name.lower()}", f"PROJECTED seconds per iteration on 8x {hw_name}",
                              df, caption, display=pd.DataFrame(display)))
-    measured = _own_flops_projection(tables, hw)
+    from solbench.report.clock import own_flops_projection
+
+    measured = own_flops_projection(tables, hw)
     if measured is not None:
         outputs.append(measured)
     return outputs
-
-
-def _own_flops_projection(tables: Tables, hw: Hardware) -> Table | Note | None:
-    """This experiment's own runs: the FLOPs they recorded per iteration, projected onto ``hw``."""
-    t = tables.timings
-    if "flops" not in t or t["flops"].isna().all():
-        return Note("Projection of these runs", "The timings carry no FLOP counts (flops column empty): "
-                    "no projection of this experiment's own runs onto GPU hardware.")
-    from solbench.report.clock import phase_projection
-
-    runs = tables.done_runs
-    t = phase_projection(tables)
-    if t.empty:
-        return None
-    low_peak, low_name = hw.explore_peak()
-    mfu = tables.options.mfu
-    per_iter = t.groupby(["run_id", "step"]).agg(flops=("flops", "sum"), projected_s=("projected_s", "sum")).reset_index()
-    per_run = per_iter.groupby("run_id")[["flops", "projected_s"]].median().reset_index().merge(
-        runs[["run_id", "model", "arm"]], on="run_id")
-    arms = per_run.groupby(["model", "arm"])[["flops", "projected_s"]].mean().reset_index()
-    arms = arms.set_index("arm").reindex([a for a in tables.arm_order(runs) if a in set(arms["arm"])]).reset_index()
-    display = pd.DataFrame({"model": arms["model"], "method": arms["arm"],
-                            "counted GFLOP / iteration": arms["flops"].map(lambda v: fmt_num(v / 1e9, 3)),
-                            f"PROJECTED µs / iteration on one {hw.name}": arms["projected_s"].map(lambda v: fmt_num(v * 1e6, 3))})
-    return Table("cost_projection_runs", f"PROJECTED time of these runs' counted FLOPs on one {hw.name}", arms, (
-        "PROJECTION, not a measurement: the transformer FLOPs each run counted per training iteration (median over "
-        f"iterations, mean over seeds), divided by the {hw.name} peak of the precision each FLOP ran at (explore "
-        f"phases: the share of a forward the run's recipe quantizes at {low_name} {low_peak} PFLOP/s, the rest and "
-        f"every full-precision phase at BF16 {hw.bf16} PFLOP/s) at {mfu:.0%} utilisation. Only the counted "
-        "phases are included; tiny models cannot fill a GPU, so this is a lower bound, for scale only."),
-        display=display)
 
 
 def setting_dict(setting: PaperSetting | None = None) -> dict:

@@ -65,6 +65,18 @@ def _each_reward(tables: Tables, runs: pd.DataFrame, model: str, make, compute) 
     return out
 
 
+def _pair_claim(tables: Tables, runs: pd.DataFrame, model: str, make, arm: str | None, base: str | None, missing: str,
+                *, relative: bool = False, describe=None) -> list[Finding]:
+    """A claim on the paired difference arm - base at equal iterations, one Finding per eval reward."""
+    def compute(f, metric):
+        if arm and base:
+            f.detail = describe(metric) if describe else f"Δ = {arm} - {base}, `{metric}`."
+        return paired_finding(f, paired_difference(tables, model, metric, arm, base) if arm and base else None, missing,
+                              relative=relative)
+
+    return _each_reward(tables, runs, model, make, compute)
+
+
 def _long_arms(tables: Tables, runs: pd.DataFrame, step: int, metric: str, exclude: str) -> list[str]:
     """Arms (other than ``exclude``'s method) whose runs were evaluated at ``step``: the long-horizon controls."""
     m = tables.run_metrics("eval", metric)
@@ -109,14 +121,9 @@ def quality_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
     naive, fp4 = main_arm(tables, runs, "naive_bf16"), main_arm(tables, runs, "naive_fp4")
     out: list[Finding] = []
 
-    def table1(f, metric):
-        f.detail = f"Δ = {sol} - {nft}, `{metric}`." if sol and nft else ""
-        return paired_finding(f, paired_difference(tables, model, metric, sol, nft) if sol and nft else None,
-                              "Needs Sol-RL and DiffusionNFT runs with common run seeds.")
-
-    out += _each_reward(tables, runs, model, lambda: Finding(
+    out += _pair_claim(tables, runs, model, lambda: Finding(
         "Sol-RL beats DiffusionNFT at equal iterations", "Table 1 (compared there at equal GPU-hours)", TABLE1,
-        unit="abs", threshold=0.0), table1)
+        unit="abs", threshold=0.0), sol, nft, "Needs Sol-RL and DiffusionNFT runs with common run seeds.")
 
     def equal_time(f, metric):
         eq = paired_equal_time(tables, model, metric, sol, nft) if sol and nft else None
@@ -134,16 +141,12 @@ def quality_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
         "Sol-RL beats DiffusionNFT at equal PROJECTED GPU time", "Table 1 (equal GPU-hours)", TABLE1, unit="abs",
         threshold=0.0), equal_time)
 
-    def table6(f, metric):
-        f.detail = (f"Δ = ({sol} - {naive}) / {naive}'s score, `{metric}`; margin {o.noninferiority_margin:.0%}."
-                    if sol and naive else "")
-        return paired_finding(f, paired_difference(tables, model, metric, sol, naive) if sol and naive else None,
-                              "Needs Sol-RL and naive BF16 scaling runs with common run seeds.", relative=True)
-
-    out += _each_reward(tables, runs, model, lambda: Finding(
+    out += _pair_claim(tables, runs, model, lambda: Finding(
         "Sol-RL matches naive BF16 scaling (non-inferior)", "Table 6",
-        "gap -0.29 % (FLUX), -1.08 % (SD3.5-L), +0.11 % (SANA)", unit="rel",
-        threshold=-o.noninferiority_margin), table6)
+        "gap -0.29 % (FLUX), -1.08 % (SD3.5-L), +0.11 % (SANA)", unit="rel", threshold=-o.noninferiority_margin),
+        sol, naive, "Needs Sol-RL and naive BF16 scaling runs with common run seeds.", relative=True,
+        describe=lambda metric: (f"Δ = ({sol} - {naive}) / {naive}'s score, `{metric}`; margin "
+                                 f"{o.noninferiority_margin:.0%}."))
     out += _naive_fp4(tables, model, runs, sol, fp4)
     out += _ablation_claims(tables, model, runs)
     return out
@@ -152,14 +155,9 @@ def quality_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
 def _naive_fp4(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, fp4: str | None) -> list[Finding]:
     out: list[Finding] = []
 
-    def equal_iterations(f, metric):
-        f.detail = f"Δ = {fp4} - {sol}, `{metric}`." if sol and fp4 else ""
-        return paired_finding(f, paired_difference(tables, model, metric, fp4, sol) if sol and fp4 else None,
-                              "Needs naive FP4 and Sol-RL runs with common run seeds.")
-
-    out += _each_reward(tables, runs, model, lambda: Finding(
+    out += _pair_claim(tables, runs, model, lambda: Finding(
         "Naive FP4 ends below Sol-RL (equal iterations)", "Sec. naive FP4", NAIVE_FP4, unit="abs", threshold=0.0,
-        direction="less"), equal_iterations)
+        direction="less"), fp4, sol, "Needs naive FP4 and Sol-RL runs with common run seeds.")
 
     def at_end(f, metric):
         curve = _fp4_curve(tables, model, fp4, metric) if fp4 else pd.Series(dtype=float)
