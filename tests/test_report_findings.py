@@ -27,7 +27,8 @@ METRIC = "shapes_geneval"
 def _run(experiment, method, seed, rid, **cfg):
     row = {"run_id": rid, "experiment": experiment, "method": method, "model": "tiny", "status": "done", "seed": seed,
            "git_sha": "abc", "dirty": False, "device": "cpu", "error": None, "p_seed": seed, "p_method": method,
-           "p_eval.rewards": json.dumps([METRIC]), "p_quant.backend": "emulated", "p_world_size": 1}
+           "p_eval.rewards": json.dumps([METRIC]), "p_quant.backend": "emulated", "p_quant.recipe": "nvfp4_tiny",
+           "p_world_size": 1}
     row.update({f"p_method_config.{k}": v for k, v in cfg.items()})
     return row
 

@@ -51,9 +51,11 @@ def run_shares(runs: pd.DataFrame) -> pd.Series:
         v = row.get(column)
         return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
 
+    from solbench.config import QuantConfig
+
     out = {}
     for _, row in runs.iterrows():
-        recipe = value(row, "p_quant.recipe") or "nvfp4_tiny"  # the QuantConfig default
+        recipe = value(row, "p_quant.recipe") or QuantConfig().recipe  # results that predate the column: the default
         resolution = value(row, "p_model.resolution")
         split = precision_split(str(row["model"]), str(recipe), resolution=int(resolution) if resolution else None,
                                 path=value(row, "p_model.path"), backend="te")

@@ -270,7 +270,8 @@ def spec_settings(model: str, experiments: Path = EXPERIMENTS) -> dict:
         raise ConfigError(f"{path}: no sol_rl run to read the projection's settings from")
     cfg = runs[0]
     fraction = float(cfg.method_config["timestep_fraction"])
-    return {"spec": str(path.name), "resolution": int(cfg.model.resolution), "recipe": cfg.quant.recipe,
+    return {"spec": str(path.name), "model": cfg.model.name, "resolution": int(cfg.model.resolution),
+            "recipe": cfg.quant.recipe,
             "steps": int(cfg.sampling.steps), "timestep_fraction": fraction,
             "train_timesteps": trained_timesteps(int(cfg.sampling.steps), fraction)}
 
