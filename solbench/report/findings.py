@@ -193,7 +193,7 @@ def collect_findings(tables: Tables) -> list[Finding]:
 
 def _held_out_cell(rows: list[Finding]) -> str:
     held = [f for f in rows if f.role == HELD_OUT]
-    return "; ".join(f"`{f.metric}` {fmt_value(f.effect, f.unit)} {_interval(f)} {f.verdict}" for f in held) or "-"
+    return "; ".join(f"`{f.metric}` {fmt_value(f.effect, f.unit)} {_interval(f)} **{f.verdict}**" for f in held) or "-"
 
 
 @report_kind("findings", title="Findings", order=1)
