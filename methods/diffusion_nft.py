@@ -49,6 +49,12 @@ from solbench.method import (Batch, Candidate, Chunk, Iteration, Method, broadca
 from solbench.sampling import SamplerSpec
 
 
+def trained_timesteps(n_points: int, timestep_fraction: float) -> int:
+    """Schedule points each sample trains on: ``max(1, int(T * timestep_fraction))`` (the cost projection
+    counts training forwards with the same rule, solbench/report/cost.py)."""
+    return max(1, int(n_points * timestep_fraction))
+
+
 @dataclass
 class NFTLossConfig:
     """Fields shared by every method that trains with the DiffusionNFT objective."""
@@ -134,7 +140,7 @@ class DiffusionNFT(Method):
         data = batch.data
         x0, sigmas = data["x0"], data["sigmas"]
         n_samples, n_points = x0.shape[0], len(sigmas) - 1  # schedule points 1 .. 1/T (t=0 excluded)
-        n_train = max(1, int(n_points * self.config.timestep_fraction))
+        n_train = trained_timesteps(n_points, self.config.timestep_fraction)
         slices = micro_batches(n_samples, self.config.micro_batch_size)
         # per sample: a random subset of the schedule points, in random order
         order = torch.stack([torch.randperm(n_points, generator=it.generator) for _ in range(n_samples)])

@@ -341,33 +341,43 @@ def run_spec_block(spec, results_root: str | Path = "results", *, force: bool = 
     run ids. One run per recipe of the block (default: the checkpoint run's recipe), written to
     ``results/<spec name>/<fidelity run id>/`` beside the training runs, so the experiment's report shows
     them. The checkpoint is the final one of the lowest-seed done run of ``block.checkpoint`` (a method of
-    the spec), or the base model (``base``). Nothing runs when that run is not done."""
-    from solbench.results import RunStore
-
+    the spec), or the base model (``base``); a list of them measures each. Nothing runs for a checkpoint
+    whose run is not done."""
     block = spec.fidelity
     if block is None:
         return []
+    ids = []
+    for which in ([block.checkpoint] if isinstance(block.checkpoint, str) else list(block.checkpoint)):
+        ids += _run_checkpoint(spec, block, which, results_root, force=force, echo=echo)
+    return ids
+
+
+def _run_checkpoint(spec, block, which: str, results_root, *, force: bool, echo) -> list[str]:
+    """The fidelity runs of one checkpoint of the block (a method's main run, or ``base``)."""
+    from solbench.results import RunStore
+
     first = spec.runs[0].config
     checkpoint = None
     cfg = first
-    if block.checkpoint != "base":
+    if which != "base":
         from solbench.report.tables import same_method
 
-        mine = [r for r in spec.runs if same_method(r.config.method, block.checkpoint)]
-        # the main arm, not an ablation arm: method settings at their most common values, then the lowest seed
+        mine = [r for r in spec.runs if same_method(r.config.method, which)]
+        # the main arm, not an ablation or long-horizon arm: method settings and iterations at their most
+        # common values, then the lowest seed
         from collections import Counter
 
-        settings = [{k: json.dumps(v, sort_keys=True, default=str) for k, v in r.config.method_config.items()}
-                    for r in mine]
+        settings = [{**{k: json.dumps(v, sort_keys=True, default=str) for k, v in r.config.method_config.items()},
+                     "iterations": str(r.config.iterations)} for r in mine]
         modes = {k: Counter(s[k] for s in settings if k in s).most_common(1)[0][0] for s in settings for k in s}
         at_mode = {r.run_id: sum(s.get(k) == v for k, v in modes.items()) for r, s in zip(mine, settings)}
         mine.sort(key=lambda r: (-at_mode[r.run_id], r.config.seed, r.run_id))
         if not mine:
-            raise ConfigError(f"{spec.path}: fidelity.checkpoint {block.checkpoint!r} is no method of the spec "
+            raise ConfigError(f"{spec.path}: fidelity.checkpoint {which!r} is no method of the spec "
                               f"(methods: {', '.join(sorted({r.config.method for r in spec.runs}))}; or 'base')")
         done = [r for r in mine if RunStore(spec.run_dir(results_root, r.run_id), r.run_id).read_status().get("state") == "done"]
         if not done:
-            echo(f"fidelity: no done run of {block.checkpoint} yet; the all-seeds fidelity is not measured")
+            echo(f"fidelity: no done run of {which} yet; the all-seeds fidelity is not measured")
             return []
         cfg = done[0].config
         checkpoint = str(spec.run_dir(results_root, done[0].run_id))

@@ -19,6 +19,7 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,47 +44,92 @@ def _meta_model(class_name: str, config: dict):
         return cls(**kwargs)
 
 
+def _meta_inputs(class_name: str, config: dict, shape_key: tuple) -> dict:
+    """Meta tensors of one sample's forward inputs for a diffusers transformer class."""
+    batch = 1
+    meta = {"device": "meta"}
+    t = torch.ones(batch, **meta)
+    if class_name == "FluxTransformer2DModel":
+        image_tokens, text_tokens = shape_key
+        inputs = dict(
+            hidden_states=torch.zeros(batch, image_tokens, config.get("in_channels", 64), **meta),
+            encoder_hidden_states=torch.zeros(batch, text_tokens, config.get("joint_attention_dim", 4096), **meta),
+            pooled_projections=torch.zeros(batch, config.get("pooled_projection_dim", 768), **meta),
+            timestep=t,
+            img_ids=torch.zeros(image_tokens, 3, **meta),
+            txt_ids=torch.zeros(text_tokens, 3, **meta),
+        )
+        if config.get("guidance_embeds", False):
+            inputs["guidance"] = t
+    elif class_name == "SD3Transformer2DModel":
+        (height, width), text_tokens = shape_key
+        inputs = dict(
+            hidden_states=torch.zeros(batch, config.get("in_channels", 16), height, width, **meta),
+            encoder_hidden_states=torch.zeros(batch, text_tokens, config.get("joint_attention_dim", 4096), **meta),
+            pooled_projections=torch.zeros(batch, config.get("pooled_projection_dim", 2048), **meta),
+            timestep=t,
+        )
+    elif class_name == "SanaTransformer2DModel":
+        (height, width), text_tokens = shape_key
+        inputs = dict(
+            hidden_states=torch.zeros(batch, config.get("in_channels", 32), height, width, **meta),
+            encoder_hidden_states=torch.zeros(batch, text_tokens, config.get("caption_channels", 2304), **meta),
+            encoder_attention_mask=torch.ones(batch, text_tokens, **meta),
+            timestep=t,
+        )
+        if config.get("guidance_embeds", False):
+            inputs["guidance"] = t
+    else:
+        raise ConfigError(f"no FLOP model for transformer class {class_name!r}")
+    return inputs
+
+
 @functools.lru_cache(maxsize=64)
 def _cached_forward_flops(class_name: str, config_json: str, shape_key: tuple) -> int:
     config = json.loads(config_json)
     model = _meta_model(class_name, config)
-    batch = 1
-    meta = {"device": "meta"}
-    with torch.device("meta"):
-        t = torch.ones(batch, **meta)
-        if class_name == "FluxTransformer2DModel":
-            image_tokens, text_tokens = shape_key
-            inputs = dict(
-                hidden_states=torch.zeros(batch, image_tokens, config.get("in_channels", 64), **meta),
-                encoder_hidden_states=torch.zeros(batch, text_tokens, config.get("joint_attention_dim", 4096), **meta),
-                pooled_projections=torch.zeros(batch, config.get("pooled_projection_dim", 768), **meta),
-                timestep=t,
-                img_ids=torch.zeros(image_tokens, 3, **meta),
-                txt_ids=torch.zeros(text_tokens, 3, **meta),
-            )
-            if config.get("guidance_embeds", False):
-                inputs["guidance"] = t
-        elif class_name == "SD3Transformer2DModel":
-            (height, width), text_tokens = shape_key
-            inputs = dict(
-                hidden_states=torch.zeros(batch, config.get("in_channels", 16), height, width, **meta),
-                encoder_hidden_states=torch.zeros(batch, text_tokens, config.get("joint_attention_dim", 4096), **meta),
-                pooled_projections=torch.zeros(batch, config.get("pooled_projection_dim", 2048), **meta),
-                timestep=t,
-            )
-        elif class_name == "SanaTransformer2DModel":
-            (height, width), text_tokens = shape_key
-            inputs = dict(
-                hidden_states=torch.zeros(batch, config.get("in_channels", 32), height, width, **meta),
-                encoder_hidden_states=torch.zeros(batch, text_tokens, config.get("caption_channels", 2304), **meta),
-                encoder_attention_mask=torch.ones(batch, text_tokens, **meta),
-                timestep=t,
-            )
-            if config.get("guidance_embeds", False):
-                inputs["guidance"] = t
-        else:
-            raise ConfigError(f"no FLOP model for transformer class {class_name!r}")
-        return count_flops(model, **inputs, return_dict=False)
+    with torch.device("meta"):  # tensors the forward creates (RoPE, masks) stay on meta too
+        return count_flops(model, **_meta_inputs(class_name, config, shape_key), return_dict=False)
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """One nn.Linear of a transformer and the FLOPs it spends in one forward of one sample."""
+
+    name: str  # qualified module name, as a quantization recipe sees it
+    in_features: int
+    out_features: int
+    flops: float
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_linear_layers(class_name: str, config_json: str, shape_key: tuple) -> tuple[float, tuple[LinearLayer, ...]]:
+    config = json.loads(config_json)
+    model = _meta_model(class_name, config)
+    spent: dict[str, float] = {}
+    handles = []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            def hook(mod, args, _output, name=name):
+                rows = args[0].numel() // mod.in_features  # tokens (or images) through the layer
+                spent[name] = spent.get(name, 0.0) + 2.0 * rows * mod.in_features * mod.out_features
+            handles.append(module.register_forward_hook(hook))
+    try:
+        with torch.device("meta"):
+            total = count_flops(model, **_meta_inputs(class_name, config, shape_key), return_dict=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    layers = tuple(LinearLayer(name, m.in_features, m.out_features, spent.get(name, 0.0))
+                   for name, m in model.named_modules() if isinstance(m, torch.nn.Linear))
+    return float(total), layers
+
+
+def linear_layers(class_name: str, config: dict, shape_key: tuple) -> tuple[float, tuple[LinearLayer, ...]]:
+    """(FLOPs of one forward of one sample, every nn.Linear with the FLOPs it spends in it), counted on the
+    meta device: the layers' shapes and token counts decide, no weights are needed. ``shape_key`` is
+    (image tokens, text tokens) for FLUX and ((latent height, width), text tokens) for SD3 and SANA."""
+    return _cached_linear_layers(class_name, _key(config), shape_key)
 
 
 def _key(config: dict) -> str:
@@ -121,15 +167,16 @@ class RealModelSpec:
         side = (resolution or self.resolution) // self.vae_factor
         return side, side
 
-    def forward_flops(self, resolution: int | None = None) -> float:
-        """FLOPs of one transformer forward for one image at ``resolution`` (default: native)."""
+    def shape_key(self, resolution: int | None = None) -> tuple:
+        """The forward's shapes for one image at ``resolution``, as ``linear_layers`` takes them."""
         h, w = self.latent_hw(resolution)
         if self.class_name == "FluxTransformer2DModel":
-            return flux_forward_flops(self.config, image_tokens=(h // self.pack) * (w // self.pack),
-                                      text_tokens=self.text_tokens)
-        if self.class_name == "SD3Transformer2DModel":
-            return sd3_forward_flops(self.config, latent_hw=(h, w), text_tokens=self.text_tokens)
-        return sana_forward_flops(self.config, latent_hw=(h, w), text_tokens=self.text_tokens)
+            return ((h // self.pack) * (w // self.pack), self.text_tokens)
+        return ((h, w), self.text_tokens)
+
+    def forward_flops(self, resolution: int | None = None) -> float:
+        """FLOPs of one transformer forward for one image at ``resolution`` (default: native)."""
+        return float(_cached_forward_flops(self.class_name, _key(self.config), self.shape_key(resolution)))
 
     def parameters(self) -> int:
         return sum(p.numel() for p in _meta_model(self.class_name, self.config).parameters())
@@ -162,6 +209,27 @@ REAL_MODELS: dict[str, RealModelSpec] = {
         resolution=1024, vae_factor=32, text_tokens=300,  # DC-AE f32; Gemma-2 prompt length
     ),
 }
+
+
+def model_architecture(model: str, *, resolution: int | None = None,
+                       path: str | None = None) -> tuple[str, dict, tuple]:
+    """(diffusers class, transformer config, shape key) of a model of the registry at the shapes a run
+    uses: ``tiny`` from its weights' JSON (the shipped one, or ``path``'s), the real models from
+    ``REAL_MODELS`` at ``resolution`` (None: native)."""
+    if model == "tiny":
+        from solbench.models.tiny import ASSET_NAME, TinyT2IConfig, asset_path, build_transformer
+
+        source = (Path(path).expanduser() / f"{ASSET_NAME}.json") if path else asset_path(f"{ASSET_NAME}.json")
+        if not source.is_file():
+            raise ConfigError(f"tiny model: no {source} to read the architecture from")
+        cfg = TinyT2IConfig.from_dict(json.loads(source.read_text()))
+        with torch.device("meta"):
+            config = dict(build_transformer(cfg).config)
+        return "FluxTransformer2DModel", config, (cfg.tokens_per_side ** 2, cfg.max_length)
+    if model not in REAL_MODELS:
+        raise ConfigError(f"no architecture for model {model!r}; known: tiny, {', '.join(REAL_MODELS)}")
+    spec = REAL_MODELS[model]
+    return spec.class_name, spec.config, spec.shape_key(resolution)
 
 
 # ---- VAE decoders (the image each rollout sample is scored on) ---------------------------------

@@ -197,15 +197,18 @@ class SweepParam(BaseModel):
 
 
 class SweepObjective(BaseModel):
-    """What a trial scores: the final eval reward, the reward reached at a wall-clock budget, or the
-    training time needed to reach a target reward (minimised)."""
+    """What a trial scores: the final eval reward, the reward reached at a wall-clock budget, the
+    training time needed to reach a target reward (minimised), or the final reward and the PROJECTED GPU
+    seconds per iteration together (reward_and_time: a Pareto front, solbench/sweep_pareto.py)."""
 
     model_config = _STRICT
-    kind: Literal["final_reward", "reward_at_budget", "time_to_target"] = "final_reward"
+    kind: Literal["final_reward", "reward_at_budget", "time_to_target", "reward_and_time"] = "final_reward"
     metric: str = "shapes_geneval"  # a metric of the metrics table
     split: str = "eval"
     budget_s: Optional[float] = Field(default=None, gt=0)  # for reward_at_budget (training wall_s)
     target: Optional[float] = None  # for time_to_target
+    hardware: str = "B200"  # reward_and_time: PROJECTED GPU seconds per iteration on this profile (B200 | H100)
+    mfu: float = Field(default=0.4, gt=0, le=1)  # ... at this utilisation
 
 
 class SweepPruner(BaseModel):
@@ -234,7 +237,9 @@ class FidelityBlock(BaseModel):
     spec's experiment folder."""
 
     model_config = _STRICT
-    checkpoint: str = "sol_rl"  # a method of the spec (its lowest-seed run's final checkpoint) or "base"
+    # a method of the spec (its lowest-seed main run's final checkpoint) or "base"; a list measures each
+    # (e.g. [sol_rl, base]: fidelity at the end and at the start of training)
+    checkpoint: Union[str, list[str]] = "sol_rl"
     role: Literal["policy", "ema", "old"] = "policy"
     n_prompts: int = Field(default=8, ge=1)  # M: the first M eval prompts of the run
     seeds: int = Field(default=8, ge=3)  # N seeds per prompt, each at both precisions (3+: report.fidelity.MIN_PAIRS)

@@ -41,6 +41,9 @@ Objectives (``sweep.objective.kind``), computed from the run's curve of ``metric
   training ended before the budget keeps its final value (maximised);
 - ``time_to_target``: ``wall_s`` of the first evaluation reaching ``target``, ``inf`` if none did
   (minimised). Its intermediate value is the gap ``target - reward`` (lower is better).
+- ``reward_and_time``: two objectives, the final value (maximised) and the run's PROJECTED GPU seconds per
+  training iteration on ``hardware`` at ``mfu`` (minimised): a multi-objective study whose Pareto front the
+  report draws (solbench/sweep_pareto.py). Not pruned.
 
 Persistence: the study lives in ``results/<experiment>/sweep/`` (SQLite ``optuna.db`` or an Optuna
 journal file ``optuna.journal``; prefer the journal on network filesystems), named ``sweep.study``
@@ -83,7 +86,7 @@ STUDY_ATTR = "solbench_sweep"  # study user attribute: the search space and obje
 MAX_RELAUNCHES = 2  # an interrupted run (job cancelled or killed outside the sweep) is relaunched this often
 MAX_CONSECUTIVE_INVALID = 50  # asks in a row that the spec rejects before the search space is called unusable
 
-KINDS = ("final_reward", "reward_at_budget", "time_to_target")
+KINDS = ("final_reward", "reward_at_budget", "time_to_target", "reward_and_time")
 
 
 class ObjectiveError(SolbenchError):
@@ -168,6 +171,8 @@ class Objective:
     split: str = "eval"
     budget_s: float | None = None
     target: float | None = None
+    hardware: str = "B200"  # reward_and_time: the projected clock's hardware profile and utilisation
+    mfu: float = 0.4
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -181,13 +186,35 @@ class Objective:
     def from_model(cls, model: Any, where: str = "") -> "Objective":
         try:
             return cls(kind=model.kind, metric=model.metric, split=model.split, budget_s=model.budget_s,
-                       target=model.target)
+                       target=model.target, hardware=model.hardware, mfu=model.mfu)
         except ConfigError as err:
             raise ConfigError(f"{where}: {err}" if where else str(err)) from None
 
     @property
     def direction(self) -> str:
         return "minimize" if self.kind == "time_to_target" else "maximize"
+
+    @property
+    def multi(self) -> bool:
+        """Two objectives (reward_and_time): no single value, no pruning."""
+        from solbench.sweep_pareto import KIND
+
+        return self.kind == KIND
+
+    @property
+    def directions(self) -> list[str]:
+        from solbench.sweep_pareto import DIRECTIONS
+
+        return list(DIRECTIONS) if self.multi else [self.direction]
+
+    def values(self, rows: Iterable[Mapping[str, Any]], timing_rows: Iterable[Mapping[str, Any]] = (),
+               config: RunConfig | None = None) -> list[float]:
+        """The objective values of a finished run (one, or [reward, projected s/iteration] when ``multi``)."""
+        if not self.multi:
+            return [self.value(rows)]
+        from solbench.sweep_pareto import reward_and_time
+
+        return reward_and_time(self, rows, timing_rows, config)
 
     def curve(self, rows: Iterable[Mapping[str, Any]]) -> list[CurvePoint]:
         return metric_curve(rows, self.metric, self.split)
@@ -215,10 +242,17 @@ class Objective:
             return f"{name} at {self.budget_s:g} s of training (maximize)"
         if self.kind == "time_to_target":
             return f"training seconds until {name} >= {self.target:g} (minimize)"
+        if self.multi:
+            return (f"final {name} (maximize) and PROJECTED {self.hardware} seconds per iteration at {self.mfu:.0%} "
+                    "(minimize): Pareto front")
         return f"final {name} (maximize)"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if not self.multi:  # studies recorded before reward_and_time existed keep matching their objective
+            data.pop("hardware")
+            data.pop("mfu")
+        return data
 
 
 # ----------------------------------------------------------------------------------------------
@@ -420,7 +454,7 @@ def open_study(spec, results_root: str | Path, *, create: bool = True, space: Se
     objective = objective or Objective.from_model(spec.sweep.objective, f"{spec.path}: sweep.objective")
     try:
         if create:
-            study = optuna.create_study(storage=_storage(path), study_name=name, direction=objective.direction,
+            study = optuna.create_study(storage=_storage(path), study_name=name, directions=objective.directions,
                                         load_if_exists=True, pruner=make_pruner(spec.sweep.pruner))
         else:
             study = optuna.load_study(study_name=name, storage=_storage(path), pruner=make_pruner(spec.sweep.pruner))
@@ -455,12 +489,17 @@ def trials_frame(study, param_names: Sequence[str] = ()):
     """One row per trial: number, state, value, params_<name>, run_id, reason, steps, timing."""
     import pandas as pd
 
-    direction = "minimize" if study.direction.name == "MINIMIZE" else "maximize"
+    multi = len(study.directions) > 1
+    direction = ",".join("minimize" if d.name == "MINIMIZE" else "maximize" for d in study.directions)
+    front = {t.number for t in study.best_trials} if multi else set()
     rows = []
     names = list(dict.fromkeys([*param_names, *(p for t in study.trials for p in t.params)]))
     for trial in study.get_trials(deepcopy=False):
+        values = trial.values or []
         row: dict[str, Any] = {"number": trial.number, "state": trial.state.name,
-                               "value": trial.value if trial.value is not None else math.nan}
+                               "value": values[0] if values else math.nan}
+        if multi:  # reward_and_time: the second value and Optuna's Pareto front
+            row.update(value_time=values[1] if len(values) > 1 else math.nan, pareto=trial.number in front)
         for name in names:
             row[f"params_{name}"] = trial.params.get(name)
         attrs = trial.user_attrs
@@ -471,8 +510,12 @@ def trials_frame(study, param_names: Sequence[str] = ()):
                    duration=(trial.datetime_complete - trial.datetime_start).total_seconds()
                    if trial.datetime_complete and trial.datetime_start else None)
         rows.append(row)
-    columns = ["number", "state", "value", *(f"params_{n}" for n in names), "run_id", "reason", "invalid",
-               "last_step", "direction", "datetime_start", "datetime_complete", "duration"]
+    metric = (study.user_attrs.get(STUDY_ATTR) or {}).get("objective", {}).get("metric")
+    for row in rows:
+        row["metric"] = metric  # the objective's metric: the report's per-cell intervals read its eval samples
+    columns = ["number", "state", "value", *(["value_time", "pareto"] if multi else []),
+               *(f"params_{n}" for n in names), "run_id", "reason", "invalid",
+               "last_step", "direction", "metric", "datetime_start", "datetime_complete", "duration"]
     frame = pd.DataFrame(rows, columns=columns)
     for name in names:  # choices of one type become a typed column; mixed ones stay objects -> strings
         column = frame[f"params_{name}"]
@@ -539,8 +582,8 @@ class SweepResult:
     @property
     def best(self):
         """The best COMPLETE trial, or None."""
-        complete = [t for t in self.study.trials if t.state.name == "COMPLETE" and t.value is not None]
-        if not complete:
+        complete = [t for t in self.study.trials if t.state.name == "COMPLETE" and t.values]
+        if not complete or len(self.study.directions) > 1:
             return None
         return self.study.best_trial
 
@@ -784,6 +827,8 @@ class Sweep:
         if size == flight.metrics_size or flight.stopping:
             return False
         flight.metrics_size = size
+        if self.objective.multi:  # Optuna prunes single-objective studies only
+            return False
         curve = self.objective.curve(flight.store.read("metrics"))
         new = False
         for trial in flight.trials:
@@ -873,7 +918,7 @@ class Sweep:
     def _finish(self, flight: _Flight, state: str, error: str | None = None) -> None:
         """Tell the study the outcome of a flight's run: its objective, or why it has none."""
         rows = flight.store.read("metrics")
-        curve = self.objective.curve(rows)
+        curve = [] if self.objective.multi else self.objective.curve(rows)
         for trial in flight.trials:  # intermediate values of a reused run, so later pruning sees them
             seen = flight.reported.setdefault(trial.number, set())
             for point in curve:
@@ -887,17 +932,18 @@ class Sweep:
             self.echo(f"trial {numbers}: run {flight.run_id} failed ({error})")
             return
         try:
-            value = self.objective.value(rows)
+            values = self.objective.values(rows, flight.store.read("timings") if self.objective.multi else (),
+                                           flight.config)
         except ObjectiveError as err:
             for trial in flight.trials:
                 self._tell(trial, "FAIL", reason=f"run {flight.run_id}: {err}")
             self.echo(f"trial {numbers}: no objective: {err}")
             return
         for trial in flight.trials:
-            self._tell(trial, "COMPLETE", value=value)
-        self.echo(f"trial {numbers}: {value:.6g} (run {flight.run_id})")
+            self._tell(trial, "COMPLETE", value=values if self.objective.multi else values[0])
+        self.echo(f"trial {numbers}: {', '.join(f'{v:.6g}' for v in values)} (run {flight.run_id})")
 
-    def _tell(self, trial, state: str, *, value: float | None = None, reason: str | None = None) -> None:
+    def _tell(self, trial, state: str, *, value: float | list[float] | None = None, reason: str | None = None) -> None:
         import optuna
 
         if reason:

@@ -173,25 +173,27 @@ def cpu_allocation(threads: int | None = None, *, device: str = "cpu",
         _set_affinity(before_affinity)
 
 
+def cpu_times(cores) -> dict[int, tuple[int, int]]:
+    """{core: (total, idle + iowait)} in clock ticks since boot, from /proc/stat (OSError where unreadable)."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
+            values = [int(v) for v in fields]
+            idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+            out[int(name[3:])] = (sum(values[:8]), idle)
+    return out
+
+
 def busy_cores(cores: list[int], seconds: float = 0.25) -> float:
     """How many of ``cores`` other programs keep busy now (0 where /proc/stat is not readable).
 
     Sampled while this run has not started computing, so the busy time is other processes'.
     """
-    def snapshot() -> dict[int, tuple[int, int]]:
-        out = {}
-        for line in Path("/proc/stat").read_text().splitlines():
-            name, *fields = line.split()
-            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
-                values = [int(v) for v in fields]
-                idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-                out[int(name[3:])] = (sum(values[:8]), idle)
-        return out
-
     try:
-        first = snapshot()
+        first = cpu_times(cores)
         time.sleep(seconds)
-        second = snapshot()
+        second = cpu_times(cores)
     except (OSError, ValueError, IndexError):
         return 0.0
     busy = 0.0

@@ -174,6 +174,18 @@ def build_policy_nets(cfg: RunConfig, adapter, roles, *, explore_source: str = "
     return nets
 
 
+def grid_prompt_indices(skills: list, n: int) -> list[int]:
+    """Indices of the ``n`` eval prompts a sample grid shows: the first prompt of each skill (in order of first
+    appearance), then the second of each, ..., so colour and position prompts appear beside single objects."""
+    by_skill: dict = {}
+    for i, skill in enumerate(skills):
+        by_skill.setdefault(skill, []).append(i)
+    picked: list[int] = []
+    for rank in range(max((len(v) for v in by_skill.values()), default=0)):
+        picked += [v[rank] for v in by_skill.values() if rank < len(v)]
+    return sorted(picked[:n])
+
+
 def _seeded_generator(run_seed: int, purpose: str, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(noise_seed(run_seed, purpose, str(step), 0))
 
@@ -483,6 +495,13 @@ class Trainer:
                 for skill in sorted({s for s in skills if s is not None}):  # .txt prompt sets have none
                     mask = torch.tensor([s == skill for s in skills])
                     metrics[f"{name}/{skill}"] = float(scores[mask].mean())
+            checks: dict[str, Any] = {}  # evaluation checks the rewards carry (shapes: extra_objects), once each
+            for reward in self.eval_rewards.values():
+                checks.update({k: fn for k, fn in getattr(reward, "checks", {}).items() if k not in checks})
+            for check, fn in checks.items():
+                values = self.engine.score_with(fn, rollout)[0].double()
+                samples += [dict(self._metric_row("eval_check", check, value), prompt_id=pid, eval_seed=c, skill=sk)
+                            for pid, c, sk, value in zip(ids, cand, skills, values.tolist())]
         self.store.append("metrics", [self._metric_row("eval", k, v) for k, v in metrics.items()] + samples)
         self._flush_timings()
         if not self.dist.is_main:
@@ -490,10 +509,12 @@ class Trainer:
         writer = self.writer()
         for key, value in metrics.items():
             writer.add_scalar(f"eval/{key}", value, self.step)
-        # the grid shows the first prompts, whose images rank 0 holds (its shard starts at row 0)
+        # the grid shows prompts whose images rank 0 holds (its shard starts at row 0), every skill in turn
         held = len(rollout) if rollout.image_rows is None else len(rollout.image_rows)
-        grid_records = self.eval_prompts[: min(cfg.eval.grid_prompts, len(self.eval_prompts), held // seeds)]
-        self._save_grid(rollout.images[: len(grid_records) * seeds], columns=seeds, records=grid_records)
+        pool = self.eval_prompts[: min(len(self.eval_prompts), held // seeds)]
+        picked = grid_prompt_indices([r.skill for r in pool], cfg.eval.grid_prompts)
+        rows = [i * seeds + s for i in picked for s in range(seeds)]
+        self._save_grid(rollout.images[rows], columns=seeds, records=[pool[i] for i in picked])
         if self.progress:
             self.progress(self.store.run_id, self.step, "eval", metrics)
         return metrics

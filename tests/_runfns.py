@@ -139,3 +139,37 @@ def eval_curve_run(cfg: RunConfig, store: RunStore, progress=None) -> dict:
         if step == interrupt_at and resumed is None:
             raise KeyboardInterrupt
     return {"steps": cfg.iterations}
+
+
+SAMPLE_PROMPTS = 8
+
+
+def sample_value(cfg: RunConfig, prompt: int) -> float:
+    """eval_samples_run's final score of one eval prompt: n / 16 + prompt effect + a residual (sd 0.05) seeded by
+    (n, k, run seed, prompt): cells that differ only in k have the same expected score."""
+    n, k = int(cfg.method_config.get("n", 4)), int(cfg.method_config.get("k", 2))
+    residual = torch.Generator().manual_seed(1000 * n + 100 * k + 10 * cfg.seed + prompt)
+    return n / 16 + 0.2 * (prompt - SAMPLE_PROMPTS / 2) / SAMPLE_PROMPTS + 0.05 * float(torch.randn(1, generator=residual))
+
+
+def eval_samples_run(cfg: RunConfig, store: RunStore, progress=None) -> dict:
+    """A run for the sweep's per-cell intervals and reward-vs-time objective: at step 0 and at the end, eval rows of
+    ``shapes_geneval`` and one eval_sample row per eval prompt (``sample_value``; step 0: the same minus 0.5),
+    and per training step timings with FLOP counts: explore n x 1e9 FLOPs at explore precision, train 1e9."""
+    store.truncate_after(-1)
+    for step in (0, cfg.iterations):
+        values = [sample_value(cfg, p) - (0.5 if step == 0 else 0.0) for p in range(SAMPLE_PROMPTS)]
+        store.append("metrics", [{"step": step, "split": "eval_sample", "metric": "shapes_geneval", "value": v,
+                                  "images_seen": 0, "wall_s": float(step), "prompt_id": f"eval-{p:04d}", "eval_seed": 0}
+                                 for p, v in enumerate(values)]
+                     + [{"step": step, "split": "eval", "metric": "shapes_geneval", "value": sum(values) / len(values),
+                         "images_seen": 0, "wall_s": float(step)}])
+        if step == 0:
+            for s in range(1, cfg.iterations + 1):
+                n = int(cfg.method_config.get("n", 4))
+                store.append("timings", [
+                    {"step": s, "phase": "explore", "precision": "explore", "seconds": 0.1, "n_images": n,
+                     "flops": n * 1e9, "load": 0.0},
+                    {"step": s, "phase": "train", "precision": "full", "seconds": 0.1, "n_images": 2, "flops": 1e9,
+                     "load": 0.0}])
+    return {"steps": cfg.iterations}

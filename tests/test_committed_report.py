@@ -13,7 +13,7 @@ from solbench.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "reports" / "tiny_paper"
-VERDICTS = {"reproduced", "contradicted", "inconclusive", "not measured by this spec"}
+VERDICTS = {"reproduced", "contradicted", "inconclusive", "not measured by this spec", "projection"}
 
 
 def test_the_committed_report_opens_with_computed_findings_with_intervals():
@@ -39,7 +39,9 @@ def test_the_committed_report_covers_every_run_of_the_spec_and_its_plots():
     were not committed with it."""
     spec = load_spec(ROOT / "experiments" / "tiny_paper.yaml")
     text = (REPORT / "index.md").read_text()
-    n = len(spec.runs) + len(spec.fidelity.recipes)  # the training runs, then one fidelity run per recipe
+    checkpoints = [spec.fidelity.checkpoint] if isinstance(spec.fidelity.checkpoint, str) else spec.fidelity.checkpoint
+    # the training runs, then one fidelity run per recipe and checkpoint
+    n = len(spec.runs) + len(spec.fidelity.recipes) * len(checkpoints)
     assert len(spec.fidelity.recipes) == 4
     assert re.search(rf"\| runs \| {n} \({n} done\) \|", text), "the report is not of every run of the spec"
     assert "uncommitted changes" not in text  # its runs came from committed code

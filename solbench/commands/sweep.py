@@ -4,9 +4,10 @@ Each trial is an ordinary run of the spec under results/<experiment>/<run_id>/, 
 `solbench run` launches (in this process, or as Slurm jobs with up to ``sweep.parallel`` in flight),
 pruned from its evaluation rows, and scored by ``sweep.objective``. The study is stored in
 results/<experiment>/sweep/, so running the command again continues it; ``--trials N`` sets how many
-trials the study should hold. Prints the trials and the best one, writes sweep/trials.parquet (read
-by the report's N x K heat map) and collects the experiment's runs into parquet. ``--show`` only
-prints the study.
+trials the study should hold. Prints the trials and the top one, writes sweep/trials.parquet (read
+by the report's N x K heat map) and collects the experiment's runs into parquet, then prints the best set:
+the cells whose eval-sample intervals cannot be told from the top (solbench/report/sweep_cells.py).
+``--show`` only prints the study.
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ def main(args) -> int:
         from solbench.results import collect
 
         print_collect(collect(experiment_dir(spec, args.results)))
+        from solbench.report.sweep_cells import best_set_line, sweep_cells
+        from solbench.report.tables import Tables
+
+        out.print(best_set_line(*sweep_cells(Tables.load(experiment_dir(spec, args.results)))), markup=False)
         out.print(f"report: solbench report {args.spec} --results {args.results}", markup=False)
     return 0
 
@@ -87,14 +92,14 @@ def print_study(out, study, objective, storage) -> None:
     notes = [t.user_attrs.get("reason") or "" if t.state.name == "FAIL" else "" for t in trials]
     rows = []
     for t, note in zip(trials, notes):
-        value = "-" if t.value is None else (f"{t.value:.6g}" if math.isfinite(t.value) else str(t.value))
+        value = "-" if not t.values else ", ".join(f"{v:.6g}" if math.isfinite(v) else str(v) for v in t.values)
         steps = sorted(t.intermediate_values)
         row = [str(t.number), t.state.name, value, *(str(t.params.get(n, "-")) for n in names),
                str(steps[-1]) if steps else "-", t.user_attrs.get("run_id") or "-"]
         rows.append(row + ([note] if any(notes) else []))
     columns = ["#", "state", "value", *names, "step", "run_id"] + (["note"] if any(notes) else [])
     print_table(out, columns, rows, title=f"study {study.study_name} ({storage}): {objective.describe()}")
-    complete = [t for t in trials if t.state.name == "COMPLETE" and t.value is not None]
+    complete = [t for t in trials if t.state.name == "COMPLETE" and t.values]
     states = {}
     for t in trials:
         states[t.state.name] = states.get(t.state.name, 0) + 1
@@ -103,7 +108,11 @@ def print_study(out, study, objective, storage) -> None:
     if not complete:
         out.print("best: none yet (no trial completed)", markup=False)
         return
+    if len(study.directions) > 1:  # reward_and_time: Optuna's Pareto front
+        front = ", ".join(f"#{t.number} ({', '.join(f'{k}={v}' for k, v in t.params.items())})" for t in study.best_trials)
+        out.print(f"Pareto front (reward vs PROJECTED time, point estimates): {front}", markup=False)
+        return
     best = study.best_trial
     params = ", ".join(f"{k}={v}" for k, v in best.params.items())
-    out.print(f"best: trial #{best.number} value {best.value:.6g} ({params}) run {best.user_attrs.get('run_id')}",
-              markup=False)
+    out.print(f"top trial: #{best.number} value {best.value:.6g} ({params}) run {best.user_attrs.get('run_id')}; "
+              "a single value, not judged against noise (the best set, after collect, and the report are)", markup=False)

@@ -215,7 +215,7 @@ def quantized_copy(
     # the copy gets a meta-device stand-in and the quantized layer is built from the policy's weight
     # (or, for an adapted layer, from W + scale * B @ A formed for that one layer and dropped after).
     # Copying them first cost a full-precision transformer's worth of transient memory (+23 GB on FLUX).
-    quantized = {name: linear for name, linear in _base_linears(root, tuners).items() if _quantizes(recipe, name, linear)}
+    quantized = {name: linear for name, linear in _base_linears(root, tuners).items() if quantizes(recipe, name, linear)}
     memo = {id(p): p for p in _shareable_parameters(root, recipe)} if share_frozen else {}
     for linear in quantized.values():
         memo[id(linear.weight)] = nn.Parameter(torch.empty_like(linear.weight, device="meta"), requires_grad=False)
@@ -261,8 +261,10 @@ def _base_linears(root: nn.Module, tuners: Dict[str, nn.Module]) -> Dict[str, nn
     return found
 
 
-def _quantizes(recipe: QuantRecipe, name: str, module: nn.Module) -> bool:
-    """Whether `recipe` replaces the nn.Linear `name` by a quantized layer."""
+def quantizes(recipe: QuantRecipe, name: str, module) -> bool:
+    """Whether `recipe` replaces the nn.Linear `name` by a quantized layer: the one rule `quantized_copy`
+    applies and the cost projections count with (solbench.quant.shares). ``module`` needs only
+    ``in_features`` and ``out_features``."""
     if recipe.skip_reason(name, module) is not None:
         return False
     return not (recipe.backend in ("te", "torch") and (module.in_features % 16 or module.out_features % 16))
@@ -275,7 +277,7 @@ def _shareable_parameters(root: nn.Module, recipe: QuantRecipe) -> List[nn.Param
     for name, module in root.named_modules():
         if any(name == p or name.startswith(p + ".") for p in tuner_prefixes if p):
             continue  # the copy merges the adapter into this layer's weight
-        if isinstance(module, nn.Linear) and _quantizes(recipe, name, module):
+        if isinstance(module, nn.Linear) and quantizes(recipe, name, module):
             continue
         shareable += [p for p in module.parameters(recurse=False) if not p.requires_grad]
     return shareable

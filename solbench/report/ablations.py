@@ -22,7 +22,7 @@ from solbench.report.paired import paired_difference
 from solbench.report.plotting import new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import fmt_ci, fmt_num, mean_ci
-from solbench.report.tables import Tables, _hashable, method_display
+from solbench.report.tables import Tables, _fmt_setting, _hashable, method_display
 
 # Paper axes first, under readable names (aliases cover other spellings of the same field).
 AXIS_NAMES = {
@@ -107,9 +107,9 @@ def ablations(tables: Tables):
             "0.3587/0.3650/0.3686/0.3659; N 24/48/72/96 -> 0.3569/0.3622/0.3663/0.3686."
             + (f" Δ vs default: paired difference in `{headline}` from the default arm ({default_arm}: every setting at "
                "its most common value) on the same eval prompts and eval seeds, runs paired by run seed, at the last "
-               f"evaluation both reached, [{level:.0%} hierarchical bootstrap interval covering "
+               f"evaluation both reached, [{level:.0%} interval of the crossed design covering "
                f"{'; '.join(sorted(covers)) or 'nothing'}]." if default_arm is not None else "")), display=display_df))
-        outputs.append(_ablation_figure(model, method, name, data, axes, rewards[0], level))
+        outputs.append(_ablation_figure(tables, model, method, name, data, axes, rewards[0], default_arm))
     if not outputs:
         return Note("Ablations", "No method setting varies between the done runs of any model and method: "
                     "these results hold no ablation.")
@@ -124,40 +124,52 @@ def _is_num(v) -> bool:
         return False
 
 
-def _ablation_figure(model: str, method: str, name: str, data: pd.DataFrame, axes: list[str], metric: str, level: float) -> Figure:
+def _ablation_figure(tables: Tables, model: str, method: str, name: str, data: pd.DataFrame, axes: list[str],
+                     metric: str, default_arm: str | None) -> Figure:
+    """One panel per axis: the paired Δ from the default arm (the same intervals as the table's Δ column),
+    the other axes held at their most common value."""
     d = data[data["metric"] == metric]
     fig = new_figure(3.6 * len(axes), 3.2)
     panels = fig.subplots(1, len(axes), squeeze=False)[0]
     plotted = []
     for ax, axis in zip(panels, axes):
-        others = [a for a in axes if a != axis]
-        sub = d
-        held = []
-        for other in others:  # hold the other axes at their most common (default) value
+        sub, held = d, []
+        for other in [a for a in axes if a != axis]:  # hold the other axes at their most common (default) value
             mode = d.drop_duplicates("run_id")[other].value_counts().index[0]
             sub = sub[sub[other] == mode]
-            held.append(f"{_axis_label(other)}={mode}")
+            held.append(f"{_axis_label(other)}={_fmt_setting(mode)}")
         values = _sort_values(sub[axis].unique())
-        stats_ = [mean_ci(sub.loc[sub[axis] == v, "final"].values, level) for v in values]
+        rows = []
+        for v in values:
+            arm = sub.loc[sub[axis] == v, "arm"].iloc[0]
+            p = (paired_difference(tables, model, metric, arm, default_arm)
+                 if default_arm is not None and arm != default_arm else None)
+            mean, lo, hi = (0.0, 0.0, 0.0) if arm == default_arm else (
+                (p.ci.mean, p.ci.lo, p.ci.hi) if p is not None else (np.nan, np.nan, np.nan))
+            rows.append(dict(axis=_axis_label(axis), value=_fmt_setting(v), arm=arm, delta=mean, lo=lo, hi=hi,
+                             default=arm == default_arm, covers=p.ci.covers if p is not None else ""))
+        r = pd.DataFrame(rows)
         x = np.arange(len(values))
-        means = np.array([s.mean for s in stats_])
-        err = np.array([s.half_width if math.isfinite(s.lo) else 0.0 for s in stats_])
+        err = np.vstack([(r["delta"] - r["lo"]).fillna(0).clip(lower=0), (r["hi"] - r["delta"]).fillna(0).clip(lower=0)])
         numeric = all(_is_num(v) for v in values)
-        ax.errorbar(x, means, yerr=err, marker="o", capsize=3, color="#d62728", linestyle="-" if numeric else "none")
-        for xi, s in zip(x, stats_):
-            ax.annotate(f"{s.mean:.3f}", (xi, s.mean), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-        ax.set_xticks(x, [str(v) for v in values], fontsize=8)
+        ax.axhline(0.0, color="black", linewidth=0.8, linestyle=":")
+        ax.errorbar(x, r["delta"], yerr=err, marker="o", capsize=3, color="#d62728", linestyle="-" if numeric else "none")
+        for xi, (delta, is_default) in enumerate(zip(r["delta"], r["default"])):
+            ax.annotate("default" if is_default else f"{delta:+.3f}", (xi, delta), textcoords="offset points",
+                        xytext=(0, 6), ha="center", fontsize=7)
+        ax.set_xticks(x, list(r["value"]), fontsize=8)
         ax.set_xlim(-0.5, len(values) - 0.5)
         ax.set_xlabel(_axis_label(axis) + (f"\n({', '.join(held)})" if held else ""), fontsize=8)
-        ax.set_ylabel(f"final {metric} (eval)", fontsize=8)
+        ax.set_ylabel(f"Δ final {metric} vs default (paired)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        plotted.append(pd.DataFrame({"axis": _axis_label(axis), "value": [str(v) for v in values], "mean": means,
-                                     "half_width": err, "n_seeds": [s.n for s in stats_]}))
-    fig.suptitle(f"{name} ablations, {model}: final {metric} (mean ± {level:.0%} t interval over seeds)", fontsize=10)
+        plotted.append(r)
+    fig.suptitle(f"{name} ablations, {model}: paired Δ final {metric} from the default arm", fontsize=10)
     return Figure(f"ablations_{model}_{method}_chart", f"Ablations of {name}, {model}: one setting at a time", fig, (
-        f"Final `{metric}` against each varied setting, the other settings held at their most common value "
-        "(named under each axis), as in the paper's one-at-a-time Tables 2 and 3."), data=pd.concat(plotted, ignore_index=True))
+        f"Paired difference in final `{metric}` of each setting from the default arm ({default_arm}), the other settings "
+        "held at their most common value (named under each axis), as in the paper's one-at-a-time Tables 2 and 3; "
+        "bars: the interval of the table's Δ column (crossed design: run seeds and eval prompts), so the chart and "
+        "the verdicts rest on the same comparison."), data=pd.concat(plotted, ignore_index=True))
 
 
 def _find(columns, names) -> str | None:
@@ -198,16 +210,27 @@ def sweep_heatmap(tables: Tables):
             count = int(cells[(cells["n"] == ns[j]) & (cells["k"] == ks[i])]["trials"].iloc[0])
             ax.text(j, i, f"{v:.3f}\n({count})", ha="center", va="center", fontsize=7,
                     color="white" if (v < mid) == maximize else "black")
+    from solbench.report.sweep_cells import best_set_line, sweep_cells
+
+    set_cells, info = sweep_cells(tables)
+    chosen = set_cells[set_cells["in_best_set"]] if "in_best_set" in set_cells else set_cells.iloc[0:0]
+    for _, c in chosen.iterrows():  # every cell within noise of the top gets a box; a star only on a separable best
+        if c.get(n_col) in ns and c.get(k_col) in ks:
+            ax.add_patch(_rect(ns.index(c[n_col]), ks.index(c[k_col])))
     bi, bj = ks.index(best[k_col]), ns.index(best[n_col])
-    ax.add_patch(_rect(bj, bi))
-    ax.plot([bj], [bi + 0.32], marker="*", markersize=11, color="red")
-    ax.set_xticks(range(len(ns)), [str(v) for v in ns])
-    ax.set_yticks(range(len(ks)), [str(v) for v in ks])
+    if info.get("decided"):
+        ax.plot([bj], [bi + 0.32], marker="*", markersize=11, color="red")
+    ax.set_xticks(range(len(ns)), [_fmt_setting(v) for v in ns])  # 16, never "16.0"
+    ax.set_yticks(range(len(ks)), [_fmt_setting(v) for v in ks])
     ax.set_xlabel("candidates N")
     ax.set_ylabel("kept K")
     fig.colorbar(im, ax=ax, label="objective (mean of trials)")
     number = f"#{int(best['number'])} " if "number" in best and pd.notna(best.get("number")) else ""
-    ax.set_title(f"best trial {number}N={best[n_col]}, K={best[k_col]}: {best['value']:.4f}", fontsize=9)
+    n_best, k_best = _fmt_setting(best[n_col]), _fmt_setting(best[k_col])
+    ax.set_title((f"best: trial {number}N={n_best}, K={k_best}: {best['value']:.4f}" if info.get("decided") else
+                  f"{len(chosen)} of {len(set_cells)} cells within noise of the top (boxed)" if info.get("intervals") else
+                  f"top trial {number}N={n_best}, K={k_best}: {best['value']:.4f}, no interval (not judged)"),
+                 fontsize=9)
     top = trials.sort_values("value", ascending=not maximize).head(10)
     keep = [c for c in ["number", n_col, k_col, "value"] if c in top]
     top_display = top[keep].reset_index(drop=True).astype(object)
@@ -217,8 +240,9 @@ def sweep_heatmap(tables: Tables):
     return [
         Figure("sweep_heatmap", "Sweep: objective on the N x K grid", fig, (
             f"Optuna sweep ({len(trials)} completed trials, direction {tables.trials_direction}). Cell: mean objective "
-            "of the trials at that (N, K), trial count in parentheses; empty cells were not sampled. Star and box: "
-            "the best single trial."), data=cells),
+            "of the trials at that (N, K), trial count in parentheses; empty cells were not sampled. Boxes: the best set "
+            "(cells not separable from the top by their intervals; section 'Sweep: intervals, best set'); a star only "
+            f"when one cell is separable from all others. {best_set_line(set_cells, info)}."), data=cells),
         Table("sweep_top_trials", "Sweep: best trials", top[keep].reset_index(drop=True),
               f"The {len(top)} best completed trials by objective ({tables.trials_direction}).", display=top_display),
     ]

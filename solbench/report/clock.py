@@ -2,8 +2,11 @@
 
 Every timing row carries the FLOPs its phase counted (``timings.flops``; solbench/flops.py). The projected
 clock of a run at step s is the sum, over its training iterations 1..s and their phases with a count
-(evaluation excluded), of flops / (peak of the phase's precision x mfu): explore-precision phases at the
-profile's low-precision peak (NVFP4 on B200, FP8 on H100), every other phase at its BF16 peak
+(evaluation excluded), of flops / (peak x mfu). Full-precision phases run at the profile's BF16 peak.
+Explore-precision phases run at the precision each FLOP really ran at: the share q of a forward's FLOPs
+that the run's recipe quantizes (``solbench.quant.shares.precision_split`` of the run's model, resolution
+and ``quant.recipe``, the rule ``quantized_copy`` applies) at the low-precision peak (NVFP4 on B200, FP8
+on H100), the rest (attention products, the layers the recipe keeps) at BF16
 (``solbench.report.cost.HARDWARE``, options ``hardware`` and ``mfu``). It is a PROJECTION, never a
 measurement: it lets a CPU run (where FP4 is emulated and slower than full precision) show the shape
 the paper's wall-clock claims would have on FP4 hardware. Phases without a FLOP count (e.g. select,
@@ -15,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from solbench.report.registry import Note, Table
+from solbench.report.stats import fmt_num
 from solbench.report.tables import EVAL_PHASES, Tables
 
 PROJECTION = "PROJECTION"
@@ -26,10 +31,51 @@ def hardware(tables: Tables):
     return get_hardware(tables.options.hardware)
 
 
+def projected_seconds(flops, explore, share, hw, mfu: float) -> np.ndarray:
+    """PROJECTED seconds of FLOP counts on one GPU of ``hw`` at utilisation ``mfu``: full-precision rows at
+    the BF16 peak; ``explore`` rows with ``share`` of their FLOPs at the low-precision peak and the rest at
+    BF16. Arrays (or scalars) broadcast together."""
+    flops = np.asarray(flops, dtype=float)
+    share = np.where(np.asarray(explore, dtype=bool), np.asarray(share, dtype=float), 0.0)
+    low_peak, _ = hw.explore_peak()
+    per_flop = share / (low_peak * 1e15) + (1.0 - share) / (hw.bf16 * 1e15)
+    return flops * per_flop / mfu
+
+
+def run_shares(runs: pd.DataFrame) -> pd.Series:
+    """Per run_id: the share of an explore forward's FLOPs its recipe quantizes (on TransformerEngine's
+    backend, the hardware projected onto), from the run's resolved spec (p_model.*, p_quant.recipe)."""
+    from solbench.quant.shares import precision_split
+
+    def value(row, column):
+        v = row.get(column)
+        return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+
+    from solbench.config import QuantConfig
+
+    out = {}
+    for _, row in runs.iterrows():
+        recipe = value(row, "p_quant.recipe") or QuantConfig().recipe  # results that predate the column: the default
+        resolution = value(row, "p_model.resolution")
+        split = precision_split(str(row["model"]), str(recipe), resolution=int(resolution) if resolution else None,
+                                path=value(row, "p_model.path"), backend="te")
+        out[str(row["run_id"])] = split.quantized_share
+    return pd.Series(out, dtype=float)
+
+
 def phase_projection(tables: Tables) -> pd.DataFrame:
-    """Training timing rows of done runs with a FLOP count: run_id, step, phase, precision, flops, projected_s."""
+    """Training timing rows of done runs with a FLOP count: run_id, step, phase, precision, flops,
+    quantized_share (of explore rows; 0 otherwise), projected_s. Computed once per Tables and options."""
+    key = (tables.options.hardware, tables.options.mfu, len(tables.timings), len(tables.done_runs))
+    cache = tables.__dict__.setdefault("_phase_projection", {})
+    if key not in cache:
+        cache[key] = _phase_projection(tables)
+    return cache[key]
+
+
+def _phase_projection(tables: Tables) -> pd.DataFrame:
     t = tables.timings
-    cols = ["run_id", "step", "phase", "precision", "flops", "projected_s"]
+    cols = ["run_id", "step", "phase", "precision", "flops", "quantized_share", "projected_s"]
     if "flops" not in t:
         return pd.DataFrame(columns=cols)
     t = t[t["run_id"].isin(tables.done_runs["run_id"]) & ~t["phase"].isin(EVAL_PHASES)].copy()
@@ -37,11 +83,12 @@ def phase_projection(tables: Tables) -> pd.DataFrame:
     t = t.dropna(subset=["flops", "step"])
     if t.empty:
         return pd.DataFrame(columns=cols)
-    hw = hardware(tables)
-    low_peak, _ = hw.explore_peak()
-    mfu = tables.options.mfu
-    peak = np.where(t["precision"].astype(str) == "explore", low_peak, hw.bf16) * 1e15 * mfu
-    t["projected_s"] = t["flops"].to_numpy(float) / peak
+    explore = (t["precision"].astype(str) == "explore").to_numpy()
+    runs = tables.done_runs[tables.done_runs["run_id"].isin(t.loc[explore, "run_id"])]
+    shares = run_shares(runs.drop_duplicates("run_id")) if len(runs) else pd.Series(dtype=float)
+    t["quantized_share"] = np.where(explore, t["run_id"].map(shares).to_numpy(float), 0.0)
+    t["projected_s"] = projected_seconds(t["flops"], explore, t["quantized_share"], hardware(tables),
+                                         tables.options.mfu)
     return t[cols].reset_index(drop=True)
 
 
@@ -89,10 +136,46 @@ def describe(tables: Tables) -> str:
     hw = hardware(tables)
     low_peak, low_name = hw.explore_peak()
     counted, uncounted = counted_phases(tables)
-    text = (f"{PROJECTION}: the run's counted FLOPs per phase at the {hw.name} rate of the precision each phase ran "
-            f"at (explore in {low_name}, {low_peak:g} PFLOP/s; full precision BF16, {hw.bf16:g} PFLOP/s) x "
+    proj = phase_projection(tables)
+    shares = proj.loc[proj["precision"].astype(str) == "explore"].groupby("run_id")["quantized_share"].first()
+    share_text = ""
+    if len(shares):
+        lo, hi = float(shares.min()), float(shares.max())
+        share_text = (f" (explore phases: only the {lo:.0%}" + (f"-{hi:.0%}" if hi - lo > 5e-4 else "")
+                      + f" of a forward's FLOPs the run's recipe quantizes at {low_name}, the rest at BF16)")
+    text = (f"{PROJECTION}: the run's counted FLOPs per phase at the {hw.name} rate of the precision each FLOP ran "
+            f"at{share_text}: {low_name} {low_peak:g} PFLOP/s, BF16 {hw.bf16:g} PFLOP/s, x "
             f"{tables.options.mfu:.0%} utilisation, summed over training iterations; not a measurement. Phases "
             f"counted: {', '.join(counted) or 'none'}")
     if uncounted:
         text += f"; timed but without a FLOP count, so left out: {', '.join(uncounted)}"
     return text + "."
+
+
+def own_flops_projection(tables: Tables, hw) -> Table | Note | None:
+    """This experiment's own runs: the FLOPs they recorded per iteration, projected onto ``hw``."""
+    t = tables.timings
+    if "flops" not in t or t["flops"].isna().all():
+        return Note("Projection of these runs", "The timings carry no FLOP counts (flops column empty): "
+                    "no projection of this experiment's own runs onto GPU hardware.")
+    runs = tables.done_runs
+    t = phase_projection(tables)
+    if t.empty:
+        return None
+    low_peak, low_name = hw.explore_peak()
+    mfu = tables.options.mfu
+    per_iter = t.groupby(["run_id", "step"]).agg(flops=("flops", "sum"), projected_s=("projected_s", "sum")).reset_index()
+    per_run = per_iter.groupby("run_id")[["flops", "projected_s"]].median().reset_index().merge(
+        runs[["run_id", "model", "arm"]], on="run_id")
+    arms = per_run.groupby(["model", "arm"])[["flops", "projected_s"]].mean().reset_index()
+    arms = arms.set_index("arm").reindex([a for a in tables.arm_order(runs) if a in set(arms["arm"])]).reset_index()
+    display = pd.DataFrame({"model": arms["model"], "method": arms["arm"],
+                            "counted GFLOP / iteration": arms["flops"].map(lambda v: fmt_num(v / 1e9, 3)),
+                            f"PROJECTED µs / iteration on one {hw.name}": arms["projected_s"].map(lambda v: fmt_num(v * 1e6, 3))})
+    return Table("cost_projection_runs", f"PROJECTED time of these runs' counted FLOPs on one {hw.name}", arms, (
+        "PROJECTION, not a measurement: the transformer FLOPs each run counted per training iteration (median over "
+        f"iterations, mean over seeds), divided by the {hw.name} peak of the precision each FLOP ran at (explore "
+        f"phases: the share of a forward the run's recipe quantizes at {low_name} {low_peak} PFLOP/s, the rest and "
+        f"every full-precision phase at BF16 {hw.bf16} PFLOP/s) at {mfu:.0%} utilisation. Only the counted "
+        "phases are included; tiny models cannot fill a GPU, so this is a lower bound, for scale only."),
+        display=display)

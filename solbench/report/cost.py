@@ -45,14 +45,15 @@ docs/reports.md ("Cost projection") sources every number; a test asserts all 12 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import pandas as pd
 
-from solbench.report.registry import Note, Table, report_kind
-from solbench.report.stats import fmt_num
-from solbench.report.tables import EVAL_PHASES, Tables
+from solbench.report.registry import Table, report_kind
+from solbench.report.tables import Tables
 
 # ---- hardware -----------------------------------------------------------------------------------
 
@@ -93,8 +94,9 @@ def get_hardware(name: str) -> Hardware:
 class ForwardFlops:
     """FLOPs of one transformer forward for one image, split by what an FP4 recipe quantizes.
 
-    ``quantized``: the part of ``linear`` in the layers the paper's NVFP4 recipe of the model swaps for
-    TransformerEngine linears (None: not known; then all of ``linear``)."""
+    ``quantized``: the FLOPs of the nn.Linear layers the model's NVFP4 recipe swaps for TransformerEngine
+    linears, counted per layer by ``solbench.quant.shares`` with the rule ``quantized_copy`` applies
+    (None: not known; then all of ``linear``)."""
 
     linear: float
     attention: float
@@ -117,11 +119,7 @@ def _flux(cfg: dict, image_tokens: int, text_tokens: int) -> ForwardFlops:
     macs_lin += 2 * (256 * d + d * d) + (n_embeds - 2) * (256 * d + d * d) + (cfg["pooled_projection_dim"] * d + d * d)
     macs_lin += 2 * d * d + d * cfg["in_channels"] * li  # norm_out modulation, proj_out (out = in channels)
     macs_att = (cfg["num_layers"] + cfg["num_single_layers"]) * 2 * L * L * d
-    # NVFP4 (Sana configs/nft/nft_flux1.py): every block linear incl. its modulation; embedders,
-    # time_text_embed, norm_out and proj_out (64 outputs < min dim 1000) stay BF16
-    macs_q = (cfg["num_layers"] + cfg["num_single_layers"]) * per_token * L
-    macs_q += cfg["num_layers"] * 2 * 6 * d * d + cfg["num_single_layers"] * 3 * d * d
-    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att, 2.0 * macs_q)
+    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att)
 
 
 def _sd3(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlops:
@@ -140,10 +138,7 @@ def _sd3(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlop
     macs_lin += (n - 1) * (6 * d * d + 12 * d * d * lt) + (2 * d * d + 3 * d * d * lt)
     macs_lin += 2 * d * d + d * p * p * cfg["out_channels"] * li  # norm_out, proj_out
     macs_att = n * 2 * L * L * d
-    # NVFP4 (Sana configs/nft/nft_sd3.py): skips pos_embed, context_embedder, time_text_embed, norm_out,
-    # norm1* (modulation), ff_context (text MLP) and layers under 2432 features (proj_out)
-    macs_q = n * 12 * d * d * li + (n - 1) * 4 * d * d * lt + 3 * d * d * lt
-    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att, 2.0 * macs_q)
+    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att)
 
 
 def _sana(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlops:
@@ -165,27 +160,41 @@ def _sana(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlo
     macs_lin += d * p * p * cfg["out_channels"] * li  # proj_out
     # linear attention: (h+1) x h state per head from K, V, then applied to Q; cross-attention is softmax
     macs_att = n * (2 * li * d * (h + 1) + 2 * li * lt * dc)
-    # NVFP4 (Sana configs/sol_rl/sana.py): skips attn.qkv, the embedders, t_block and final layer; the
-    # Mix-FFN is made of Conv2d layers, which the nn.Linear swap leaves in BF16. Quantized: the
-    # self-attention output and the cross-attention q, kv and output projections.
-    macs_q = n * ((d * d + d * dc + dc * d) * li + 2 * cfg["cross_attention_dim"] * dc * lt)
-    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att, 2.0 * macs_q)
+    return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att)
 
 
-def forward_flops(model: str, resolution: int | None = None) -> ForwardFlops:
-    """Closed-form FLOPs of one forward of a real model (``flux`` | ``sd3`` | ``sana``) for one image."""
+def forward_flops(model: str, resolution: int | None = None, recipe: str | None = None) -> ForwardFlops:
+    """Closed-form FLOPs of one forward of a real model (``flux`` | ``sd3`` | ``sana``) for one image, with
+    the part ``recipe`` quantizes (default: the recipe of the model's real spec, ``spec_settings``) counted
+    layer by layer by ``solbench.quant.shares.precision_split`` on TransformerEngine's backend."""
     from solbench.errors import ConfigError
     from solbench.flops import REAL_MODELS
+    from solbench.quant.shares import precision_split
 
     if model not in REAL_MODELS:
         raise ConfigError(f"no architecture config for model {model!r}; known: {', '.join(REAL_MODELS)}")
     spec = REAL_MODELS[model]
     h, w = spec.latent_hw(resolution)
     if spec.class_name == "FluxTransformer2DModel":
-        return _flux(spec.config, (h // spec.pack) * (w // spec.pack), spec.text_tokens)
-    if spec.class_name == "SD3Transformer2DModel":
-        return _sd3(spec.config, (h, w), spec.text_tokens)
-    return _sana(spec.config, (h, w), spec.text_tokens)
+        f = _flux(spec.config, (h // spec.pack) * (w // spec.pack), spec.text_tokens)
+    elif spec.class_name == "SD3Transformer2DModel":
+        f = _sd3(spec.config, (h, w), spec.text_tokens)
+    else:
+        f = _sana(spec.config, (h, w), spec.text_tokens)
+    split = precision_split(model, recipe or spec_settings(model)["recipe"], resolution=resolution, backend="te")
+    return ForwardFlops(f.linear, f.attention, split.quantized)
+
+
+def forward_seconds(f: ForwardFlops, hw: Hardware, *, explore: bool = False, mfu: float = 0.30,
+                    attention_mfu: float = 0.75) -> float:
+    """Projected seconds of one transformer forward of one image on one GPU of ``hw``: the linear FLOPs at
+    the BF16 peak (the ``quantized`` part at the low-precision peak when ``explore``) x ``mfu``, the
+    attention products at the BF16 peak x ``attention_mfu``. A PROJECTION, as everything in this module."""
+    bf16 = hw.bf16 * 1e15
+    quantized = (f.linear if f.quantized is None else f.quantized) if explore else 0.0
+    low_peak, _ = hw.explore_peak()
+    return (quantized / (low_peak * 1e15 * mfu) + (f.linear - quantized) / (bf16 * mfu)
+            + f.attention / (bf16 * attention_mfu))
 
 
 # ---- the paper's Table 5 and its setting ----------------------------------------------------------
@@ -204,36 +213,84 @@ PAPER_CITATION = "Sol-RL (arXiv 2604.06916), Table 5: seconds per iteration on 8
 class ModelSetting:
     """What one model's Table 5 iteration runs besides the counts shared by all three (PaperSetting).
 
-    Every value is sourced in docs/reports.md, "Cost projection"."""
+    Resolution, recipe and trained timesteps come from the model's real spec (``spec_settings``); every
+    other value is sourced in docs/reports.md, "Cost projection" (``FITTED`` names the ones inferred from
+    the paper's own Table 5)."""
 
-    resolution: int  # px: the public config's resolution
+    resolution: int  # px: the real spec's (and the public config's) resolution
     rollout_passes: int  # transformer forwards per sampling step (2 = classifier-free guidance)
-    train_timesteps: int  # int(T * timestep_fraction) trained timesteps per trained sample
+    train_timesteps: int  # trained timesteps per trained sample: trained_timesteps(steps, timestep_fraction)
     text_tflops: float  # text encoders, per prompt (encoded once per prompt and reused by its candidates)
     vae_tflops: float  # VAE decoding of one image at ``resolution`` (solbench.flops.vae_decode_flops)
     reward_tflops: float  # one reward-model call per image
+    recipe: str = ""  # the NVFP4 recipe of the explore copy ("": the real spec's)
 
 
 #: ViT-H/14 at 224 px (HPSv2 and PickScore; 632 M parameters, 257 tokens): 2 x parameters x tokens.
 REWARD_TFLOPS = 2 * 632e6 * 257 / 1e12
 
-PAPER_MODELS: dict[str, ModelSetting] = {
-    # Sana configs/nft/nft_flux1.py: 512 px, guidance 1.0 into FLUX's distilled-guidance input (one
-    # forward per step), timestep_fraction 0.4 of 10; T5-XXL (4.76 B, 512 tokens) + CLIP-L (123 M, 77)
-    "flux": ModelSetting(resolution=512, rollout_passes=1, train_timesteps=4,
-                         text_tflops=2 * (4.76e9 * 512 + 123e6 * 77) / 1e12, vae_tflops=2.515,
-                         reward_tflops=REWARD_TFLOPS),
-    # Sana configs/nft/nft_sd3.py: 1024 px, 10 steps, timestep_fraction 0.99 -> 9; rollouts with two
-    # forwards per step (CFG): inferred from Table 5, see docs/reports.md; T5-XXL (256 tokens),
-    # CLIP-L and CLIP-G (695 M, 77 tokens)
-    "sd3": ModelSetting(resolution=1024, rollout_passes=2, train_timesteps=9,
-                        text_tflops=2 * (4.76e9 * 256 + (123e6 + 695e6) * 77) / 1e12, vae_tflops=10.472,
-                        reward_tflops=REWARD_TFLOPS),
-    # Sana configs/sol_rl/sana.py: 1024 px, 10 steps, 0.99 -> 9; CFG rollouts inferred as for SD3.5-L;
-    # Gemma-2-2B (2.6 B parameters, 300 tokens); DC-AE f32c32 decoder
-    "sana": ModelSetting(resolution=1024, rollout_passes=2, train_timesteps=9,
-                         text_tflops=2 * 2.6e9 * 300 / 1e12, vae_tflops=8.369, reward_tflops=REWARD_TFLOPS),
+#: The real spec whose Sol-RL run each projected model prices (experiments/ of the repository).
+PAPER_SPECS = {"flux": "flux_main.yaml", "sd3": "sd35_main.yaml", "sana": "sana_main.yaml"}
+
+#: Inputs of the projection that were inferred from the paper's own Table 5 (so agreement with Table 5
+#: is partly built in, not independent validation); docs/reports.md lists them with the rest.
+FITTED = {
+    "mfu": "the 30 % utilisation of GEMM-like work is what FLUX's training phase in Table 5 implies "
+           "((274 - 184) s for its training forwards)",
+    "rollout_passes": "two forwards per sampling step (CFG) for SD3.5-L and SANA: the public configs set guidance "
+                      "1.0 (one forward); Table 5 is consistent only with two",
 }
+
+_TEXT_TFLOPS = {  # 2 x parameters x tokens of the text encoders, per prompt
+    "flux": 2 * (4.76e9 * 512 + 123e6 * 77) / 1e12,  # T5-XXL (4.76 B, 512 tokens) + CLIP-L (123 M, 77)
+    "sd3": 2 * (4.76e9 * 256 + (123e6 + 695e6) * 77) / 1e12,  # T5-XXL (256), CLIP-L and CLIP-G (695 M, 77)
+    "sana": 2 * 2.6e9 * 300 / 1e12,  # Gemma-2-2B (2.6 B, 300 tokens)
+}
+_ROLLOUT_PASSES = {"flux": 1, "sd3": 2, "sana": 2}  # FLUX: distilled guidance, one forward; others: FITTED
+
+
+#: The repository's experiments/ folder, where the real specs live.
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+@functools.lru_cache(maxsize=None)
+def spec_settings(model: str, experiments: Path = EXPERIMENTS) -> dict:
+    """Resolution, explore recipe, sampling steps and trained timesteps of the Sol-RL run of ``model``'s
+    real spec (``PAPER_SPECS`` in ``experiments``), resolved as `solbench run` resolves it."""
+    from solbench.errors import ConfigError
+    from solbench.methods.diffusion_nft import trained_timesteps
+    from solbench.spec import load_spec
+
+    path = Path(experiments) / PAPER_SPECS[model]
+    if not path.is_file():
+        raise ConfigError(f"cost projection of {model!r}: no real spec {path} (the projection reads the "
+                          "resolution, recipe and trained timesteps of its Sol-RL run)")
+    runs = [r.config for r in load_spec(path).runs if r.config.method == "sol_rl"]
+    if not runs:
+        raise ConfigError(f"{path}: no sol_rl run to read the projection's settings from")
+    cfg = runs[0]
+    fraction = float(cfg.method_config["timestep_fraction"])
+    return {"spec": str(path.name), "model": cfg.model.name, "resolution": int(cfg.model.resolution),
+            "recipe": cfg.quant.recipe,
+            "steps": int(cfg.sampling.steps), "timestep_fraction": fraction,
+            "train_timesteps": trained_timesteps(int(cfg.sampling.steps), fraction)}
+
+
+@functools.lru_cache(maxsize=None)
+def model_setting(model: str) -> ModelSetting:
+    """The ModelSetting of ``model`` (flux | sd3 | sana): spec-derived values plus the sourced constants."""
+    from solbench.flops import vae_decode_flops
+
+    spec = spec_settings(model)
+    return ModelSetting(resolution=spec["resolution"], rollout_passes=_ROLLOUT_PASSES[model],
+                        train_timesteps=spec["train_timesteps"], text_tflops=_TEXT_TFLOPS[model],
+                        vae_tflops=vae_decode_flops(model, spec["resolution"]) / 1e12, reward_tflops=REWARD_TFLOPS,
+                        recipe=spec["recipe"])
+
+
+def paper_models() -> dict[str, ModelSetting]:
+    """{model: ModelSetting} of the three models of Table 5."""
+    return {model: model_setting(model) for model in PAPER_SPECS}
 
 
 @dataclass(frozen=True)
@@ -247,13 +304,13 @@ class PaperSetting:
     full_steps: int = 10  # BF16 rollout steps
     explore_steps: int = 6  # Sol-RL FP4 preview steps
     train_forwards: float = 5.0  # policy fwd + bwd with checkpointing (3) + old policy (1) + reference (1)
-    mfu: float = 0.30  # utilisation of every GEMM-like op (BF16, NVFP4, convolutions), of its own peak
+    mfu: float = 0.30  # utilisation of every GEMM-like op (BF16, NVFP4, convolutions), of its own peak: FITTED
     attention_mfu: float = 0.75  # utilisation of the fused attention kernels (BF16)
     requant_share: float = 0.02  # re-quantization after each update: share of the Sol-RL iteration
-    models: tuple[tuple[str, ModelSetting], ...] = tuple(PAPER_MODELS.items())
+    models: tuple[tuple[str, ModelSetting], ...] | None = None  # None: paper_models()
 
     def model(self, name: str) -> ModelSetting:
-        return dict(self.models)[name]
+        return dict(self.models)[name] if self.models is not None else model_setting(name)
 
 
 def project_iteration(model: str, hw: Hardware, setting: PaperSetting | None = None,
@@ -261,9 +318,9 @@ def project_iteration(model: str, hw: Hardware, setting: PaperSetting | None = N
     """Projected seconds per iteration of ``model`` (flux | sd3 | sana) in the paper's setting.
 
     Per image: T sampling steps of ``rollout_passes`` forwards, one VAE decode and one reward call; per
-    prompt one text encoding. Sol-RL's explore runs the quantized linears at the low-precision peak.
-    Training: K samples x train_timesteps x train_forwards forwards (no CFG). ``mfu`` overrides the
-    setting's GEMM utilisation.
+    prompt one text encoding. Sol-RL's explore runs the layers its recipe quantizes at the low-precision
+    peak (``forward_seconds``). Training: K samples x train_timesteps x train_forwards forwards (no CFG).
+    ``mfu`` overrides the setting's GEMM utilisation.
     """
     s = setting or PaperSetting()
     mfu = s.mfu if mfu is None else mfu
@@ -272,14 +329,10 @@ def project_iteration(model: str, hw: Hardware, setting: PaperSetting | None = N
 
         raise ConfigError(f"mfu must be in (0, 1], got {mfu}")
     m = s.model(model)
-    f = forward_flops(model, m.resolution)
-    quantized = f.linear if f.quantized is None else f.quantized
+    f = forward_flops(model, m.resolution, m.recipe or None)
+    forward = forward_seconds(f, hw, mfu=mfu, attention_mfu=s.attention_mfu)
+    forward_low = forward_seconds(f, hw, explore=True, mfu=mfu, attention_mfu=s.attention_mfu)
     bf16 = hw.bf16 * 1e15
-    low_peak, _ = hw.explore_peak()
-    low = low_peak * 1e15
-    forward = f.linear / (bf16 * mfu) + f.attention / (bf16 * s.attention_mfu)
-    forward_low = (quantized / (low * mfu) + (f.linear - quantized) / (bf16 * mfu)
-                   + f.attention / (bf16 * s.attention_mfu))
     per_image = (m.vae_tflops + m.reward_tflops) * 1e12 / (bf16 * mfu)  # decode + score
     text = m.text_tflops * 1e12 / (bf16 * mfu)
     P, G = s.prompts_per_iter, s.gpus
@@ -302,12 +355,13 @@ def paper_projection(hardware: str = "B200", mfu: float | None = None, setting: 
     rows = []
     for _, paper in PAPER_TABLE5.iterrows():
         m = setting.model(paper["model"])
-        f = forward_flops(paper["model"], m.resolution)
+        f = forward_flops(paper["model"], m.resolution, m.recipe or None)
         proj = project_iteration(paper["model"], hw, setting, mfu)
         row = {"model": paper["label"], "hardware": hw.name, "mfu": setting.mfu if mfu is None else mfu,
-               "resolution": m.resolution, "rollout_passes": m.rollout_passes, "train_timesteps": m.train_timesteps,
-               "tflops_per_forward": f.total / 1e12, "attention_share": f.attention / f.total,
-               "quantized_share": (f.quantized or f.linear) / f.total}
+               "resolution": m.resolution, "recipe": m.recipe, "rollout_passes": m.rollout_passes,
+               "train_timesteps": m.train_timesteps, "tflops_per_forward": f.total / 1e12,
+               "attention_share": f.attention / f.total,
+               "quantized_share": (f.linear if f.quantized is None else f.quantized) / f.total}
         for key in ("rollout_naive", "rollout_sol", "e2e_naive", "e2e_sol"):
             row[f"{key}_projected_s"] = proj[key]
             if hw.name == "B200":
@@ -341,7 +395,8 @@ def cost_projection(tables: Tables):
         for _, r in df.iterrows():
             row = {"model": r["model"], "px": int(r["resolution"]), "passes/step": int(r["rollout_passes"]),
                    "trained t": int(r["train_timesteps"]), "TFLOP/forward": f"{r['tflops_per_forward']:.2f}",
-                   "attention share": f"{r['attention_share']:.1%}", "NVFP4 share": f"{r['quantized_share']:.0%}"}
+                   "attention share": f"{r['attention_share']:.1%}",
+                   "NVFP4 share (recipe)": f"{r['quantized_share']:.0%} ({r['recipe']})"}
             for key, label in (("rollout_naive", "rollout naive"), ("rollout_sol", "rollout Sol-RL"),
                                ("e2e_naive", "E2E naive"), ("e2e_sol", "E2E Sol-RL")):
                 cell = f"{r[f'{key}_projected_s']:.0f}"
@@ -364,48 +419,22 @@ def cost_projection(tables: Tables):
             f"model its public config's resolution, forwards per step (2 = CFG) and trained timesteps (columns), "
             f"x {setting.train_forwards:g} forward-equivalents per trained timestep, text encoders per prompt, a VAE "
             f"decode and a reward call per image, re-quantization {setting.requant_share:.0%} of the Sol-RL iteration. "
-            "Every assumption and its source: docs/reports.md, Cost projection. Not modelled: communication, the "
-            "optimizer step, data loading."
+            "Resolution, recipe and trained timesteps (int(steps x timestep_fraction)) are those of the Sol-RL run "
+            f"of each model's real spec ({', '.join(PAPER_SPECS.values())}); the NVFP4 share is the FLOPs of the "
+            "Linear layers that recipe quantizes (the rule quantized_copy applies, layer by layer) over the whole "
+            "forward. FITTED, not independent: " + "; ".join(FITTED.values()) + ", so agreement with Table 5 is "
+            "partly built in. Every assumption and its source: docs/reports.md, Cost projection. Not modelled: "
+            "communication, the optimizer step, data loading."
             + (f" In parentheses: {PAPER_CITATION}, and the projection's relative error." if hw_name == "B200" else "")
         )
         outputs.append(Table(f"cost_projection_{hw_name.lower()}", f"PROJECTED seconds per iteration on 8x {hw_name}",
                              df, caption, display=pd.DataFrame(display)))
-    measured = _own_flops_projection(tables, hw)
+    from solbench.report.clock import own_flops_projection
+
+    measured = own_flops_projection(tables, hw)
     if measured is not None:
         outputs.append(measured)
     return outputs
-
-
-def _own_flops_projection(tables: Tables, hw: Hardware) -> Table | Note | None:
-    """This experiment's own runs: the FLOPs they recorded per iteration, projected onto ``hw``."""
-    t = tables.timings
-    if "flops" not in t or t["flops"].isna().all():
-        return Note("Projection of these runs", "The timings carry no FLOP counts (flops column empty): "
-                    "no projection of this experiment's own runs onto GPU hardware.")
-    runs = tables.done_runs
-    t = t[t["run_id"].isin(runs["run_id"]) & ~t["phase"].isin(EVAL_PHASES)].copy()
-    t["flops"] = pd.to_numeric(t["flops"], errors="coerce")
-    t = t.dropna(subset=["flops"])
-    if t.empty:
-        return None
-    low_peak, low_name = hw.explore_peak()
-    mfu = tables.options.mfu
-    t["peak"] = t["precision"].map(lambda p: low_peak if p == "explore" else hw.bf16) * 1e15 * mfu
-    t["projected_s"] = t["flops"] / t["peak"]
-    per_iter = t.groupby(["run_id", "step"]).agg(flops=("flops", "sum"), projected_s=("projected_s", "sum")).reset_index()
-    per_run = per_iter.groupby("run_id")[["flops", "projected_s"]].median().reset_index().merge(
-        runs[["run_id", "model", "arm"]], on="run_id")
-    arms = per_run.groupby(["model", "arm"])[["flops", "projected_s"]].mean().reset_index()
-    arms = arms.set_index("arm").reindex([a for a in tables.arm_order(runs) if a in set(arms["arm"])]).reset_index()
-    display = pd.DataFrame({"model": arms["model"], "method": arms["arm"],
-                            "counted GFLOP / iteration": arms["flops"].map(lambda v: fmt_num(v / 1e9, 3)),
-                            f"PROJECTED µs / iteration on one {hw.name}": arms["projected_s"].map(lambda v: fmt_num(v * 1e6, 3))})
-    return Table("cost_projection_runs", f"PROJECTED time of these runs' counted FLOPs on one {hw.name}", arms, (
-        "PROJECTION, not a measurement: the transformer FLOPs each run counted per training iteration (median over "
-        f"iterations, mean over seeds), divided by the {hw.name} peak of the precision they ran at (explore: "
-        f"{low_name} {low_peak} PFLOP/s; full: BF16 {hw.bf16} PFLOP/s) at {mfu:.0%} utilisation. Only the counted "
-        "phases are included; tiny models cannot fill a GPU, so this is a lower bound, for scale only."),
-        display=display)
 
 
 def setting_dict(setting: PaperSetting | None = None) -> dict:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from solbench.report.clock import clock_at, describe, hardware
-from solbench.report.plotting import arm_styles, new_figure
+from solbench.report.plotting import arm_styles, headline_arms, int_ticks, new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import bootstrap_ci, fmt_num, mean_ci
 from solbench.report.tables import Tables, method_display, same_method
@@ -108,7 +108,7 @@ def learning_curves(tables: Tables):
             xs.append(("projected_s", f"PROJECTED {hardware(tables).name} time ({punit})", pscale))
         runs = tables.done_runs[tables.done_runs["model"] == model]
         arms = tables.arm_order(runs)
-        styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])))
+        styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])), headline_arms(tables, runs))
         fig = new_figure(4.2 * len(xs) + 1.8, 2.9 * len(per))
         axes = fig.subplots(len(per), len(xs), squeeze=False)
         for r, ((split, metric), c) in enumerate(per.items()):
@@ -124,6 +124,8 @@ def learning_curves(tables: Tables):
                         ax.fill_between(x, a["ci_lo"].values, a["ci_hi"].values, color=styles[arm]["color"], alpha=0.15,
                                         linewidth=0)
                 ax.set_xlabel(xlabel, fontsize=8)
+                if xcol == "step":
+                    int_ticks(ax)
                 ax.set_ylabel(f"{metric} ({split})", fontsize=8)
                 ax.tick_params(labelsize=7)
                 ax.grid(alpha=0.3)
@@ -199,19 +201,31 @@ def convergence_speedup(tables: Tables, m: pd.DataFrame, runs: pd.DataFrame, arm
 
         lo, hi = bootstrap_ci([np.arange(ref_v.shape[1]), np.arange(arm_v.shape[1])], stat,
                               n_boot=opts.n_boot, level=opts.ci_level, seed=opts.boot_seed)
+    level = tables.options.ci_level
+    band = np.array([[mean_ci(row, level).lo, mean_ci(row, level).hi] for row in arm_v])
     return dict(target=target, reference_time_s=time_to_reach(rx, rv, target),
                 time_to_target_s=time_to_reach(ax, av, target),
                 final=float(av[-1]), speedup=point, speedup_lo=lo, speedup_hi=hi, n_seeds=arm_v.shape[1],
-                n_seeds_reference=ref_v.shape[1], curve=(ax, av))
+                n_seeds_reference=ref_v.shape[1], curve=(ax, av, band))
 
 
-def fmt_speedup_cell(r: dict | pd.Series, unit: str = "s") -> str:
-    """'2.10x [1.30, 3.05] (12.3 s)'; a crossing without an interval is printed as inconclusive."""
+#: Speedup bounds above this print as "> MAX": a resample whose crossing lands near the start of training gives an
+#: arbitrarily large ratio, and its digits carry nothing.
+MAX_RATIO = 100.0
+
+
+def fmt_ratio_bound(x: float) -> str:
+    return f"{x:.2f}" if x <= MAX_RATIO else f">{MAX_RATIO:g}"
+
+
+def fmt_speedup_cell(r: dict | pd.Series, unit: str = "s", scale: float = 1.0) -> str:
+    """'2.10x [1.30, 3.05] (12.3 s)'; a crossing without an interval is printed as inconclusive. The time is
+    divided by ``scale`` (1e-3 with unit "ms ...")."""
     if not math.isfinite(r["time_to_target_s"]):
         return f"not reached (final {fmt_num(r['final'])})"
-    time = f"{fmt_num(r['time_to_target_s'], 3 if unit != 's' else 1)} {unit}"
+    time = f"{r['time_to_target_s'] / scale:.4g} {unit}"
     if not (math.isnan(r["speedup_lo"]) or math.isnan(r["speedup_hi"])):
-        return f"{r['speedup']:.2f}x [{r['speedup_lo']:.2f}, {r['speedup_hi']:.2f}] ({time})"
+        return f"{r['speedup']:.2f}x [{fmt_ratio_bound(r['speedup_lo'])}, {fmt_ratio_bound(r['speedup_hi'])}] ({time})"
     return f"{r['speedup']:.2f}x, single-curve crossing: no interval, inconclusive ({time})"
 
 
@@ -250,13 +264,13 @@ def convergence(tables: Tables):
             if not rows:
                 continue
             tidy = pd.DataFrame(rows)
-            unit = "s" if xcol == "wall_s" else f"s on {hardware(tables).name}"
+            unit, scale = ("s", 1.0) if xcol == "wall_s" else (f"ms on {hardware(tables).name}", 1e-3)
             display = []
             for arm in dict.fromkeys(tidy["arm"]):
                 row = {"method": arm}
                 for metric in rewards:
                     r = tidy[(tidy["arm"] == arm) & (tidy["metric"] == metric)]
-                    row[metric] = "-" if r.empty else ("1 (reference)" if arm == ref_arm else fmt_speedup_cell(r.iloc[0], unit))
+                    row[metric] = "-" if r.empty else ("1 (reference)" if arm == ref_arm else fmt_speedup_cell(r.iloc[0], unit, scale))
                 row["seeds"] = str(int(tidy.loc[tidy["arm"] == arm, "n_seeds"].iloc[0]))
                 display.append(row)
             targets = ", ".join(f"{m_} {fmt_num(plot_data[m_][0])}" for m_ in plot_data)
@@ -282,8 +296,8 @@ def _convergence_figure(tables: Tables, model: str, runs: pd.DataFrame, plot_dat
                         xcol: str = "wall_s") -> Figure:
     metrics = list(plot_data)
     arms = tables.arm_order(runs)
-    styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])))
-    wall_max = max((np.max(aw) for _, arms_d in plot_data.values() for aw, _, _ in arms_d.values()), default=1.0)
+    styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])), headline_arms(tables, runs))
+    wall_max = max((np.max(aw) for _, arms_d in plot_data.values() for aw, *_ in arms_d.values()), default=1.0)
     projected = xcol == "projected_s"
     scale, unit = _projected_axis(wall_max) if projected else _time_axis(wall_max)
     xlabel = (f"PROJECTED {hardware(tables).name} time ({unit})" if projected
@@ -296,8 +310,10 @@ def _convergence_figure(tables: Tables, model: str, runs: pd.DataFrame, plot_dat
         for arm in arms:
             if arm not in arms_d:
                 continue
-            aw, av, t_arm = arms_d[arm]
+            aw, av, band, t_arm = arms_d[arm]
             ax.plot(aw / scale, av, marker="o", markersize=2.5, label=arm, **styles[arm])
+            if np.isfinite(band).any():
+                ax.fill_between(aw / scale, band[:, 0], band[:, 1], color=styles[arm]["color"], alpha=0.12, linewidth=0)
             if math.isfinite(t_arm):
                 ax.plot([t_arm / scale], [target], marker="x", markersize=8, color=styles[arm]["color"])
         ax.set_xlabel(xlabel, fontsize=8)
@@ -310,6 +326,7 @@ def _convergence_figure(tables: Tables, model: str, runs: pd.DataFrame, plot_dat
                  + (" - PROJECTION" if projected else ""), fontsize=10)
     return Figure(f"convergence_{model}" + ("_projected" if projected else "") + "_chart",
                   f"Time to target, {model}" + (" (PROJECTED clock)" if projected else ""), fig, (
-        f"Mean eval curves over seeds against {xlabel}; dotted line: {ref_arm}'s final score; "
+        f"Mean eval curves over seeds against {xlabel}, bands: {tables.options.ci_level:.0%} t interval over seeds at "
+        f"each evaluation; dotted line: {ref_arm}'s final score; "
         "x: where each method first reaches it (the times in the table above)."
         + (f" {describe(tables)}" if projected else "")))

@@ -128,6 +128,9 @@ def ranking_fidelity(tables: Tables):
             row.update({f"{col}_mean": ci.mean, f"{col}_lo": ci.lo, f"{col}_hi": ci.hi,
                         f"{col}_median": float(g[col].median()) if col in g else math.nan})
             disp[col.replace("kendall_tau", "Kendall τ").replace("spearman_rho", "Spearman ρ")] = fmt_ci(ci, 3)
+            if col.startswith("hit@") and g["n_pairs"].median() > 0:  # a random ranking's hit rate: K / N
+                row[f"{col}_chance"] = chance = int(col[4:]) / float(g["n_pairs"].median())
+                disp[col] += f" (chance {chance:.2f})"
         summary.append(row)
         display.append(disp)
     summary_df = pd.DataFrame(summary).sort_values("kind")
@@ -138,7 +141,8 @@ def ranking_fidelity(tables: Tables):
         "top-K hit rate 96.9 / 95.0 / 93.3 % at K = 4 / 8 / 12). One unit = one prompt group (one prompt at one "
         "iteration of one run, or one prompt of a fidelity run); cells: mean over groups ± half-width of the "
         f"{level:.0%} t interval. hit@K: share "
-        "of the proxy's top K that are in the full-precision top K. overlap@K: share of the contrastive set "
+        "of the proxy's top K that are in the full-precision top K, beside its chance level K/N (what a random "
+        "ranking of the N seeds scores: at the paper's N = 96, 0.04 / 0.08 / 0.125). overlap@K: share of the contrastive set "
         "(top K/2 + bottom K/2) chosen from proxy rewards that full precision would also choose. "
         "'all seeds': both precisions for every candidate (unbiased). "
         + ("'selected only': Sol-RL training data, where only the K selected seeds have full-precision rewards: "
@@ -209,45 +213,64 @@ def _groups_preview(groups: pd.DataFrame) -> pd.DataFrame:
 
 
 def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...]) -> Figure:
-    kinds = list(dict.fromkeys(sorted(groups["kind"])))
-    colours = {"all seeds": "#1f77b4", "selected only": "#ff7f0e"}
+    """One distribution per arm (recipe, checkpoint) and kind, never pooled across them; the mean hit@K of each
+    beside its chance level K/N."""
+    from solbench.report.plotting import _FALLBACK
+
+    if "reward_name" in groups and groups["reward_name"].notna().any():  # one reward: the first ranked
+        names = [n for n in dict.fromkeys(groups["reward_name"].dropna())]
+        first = "total" if "total" in names else names[0]
+        groups = groups[groups["reward_name"].isna() | (groups["reward_name"] == first)]
+    series = [(kind, arm) for kind in sorted(groups["kind"].unique()) for arm in dict.fromkeys(groups["arm"])
+              if ((groups["kind"] == kind) & (groups["arm"] == arm)).any()]
+    colours = {key: _FALLBACK[i % len(_FALLBACK)] if i else "#1f77b4" for i, key in enumerate(series)}
     hit_cols = [f"hit@{k}" for k in ks if f"hit@{k}" in groups and groups[f"hit@{k}"].notna().any()]
-    fig = new_figure(12.0 if hit_cols else 8.0, 3.3)
+    fig = new_figure(12.0 if hit_cols else 8.0, 3.6 + 0.16 * (len(series) + 1) // 2)
     axes = fig.subplots(1, 3 if hit_cols else 2)
     bins = np.linspace(-1, 1, 21)
     for ax, col, label in ((axes[0], "kendall_tau", "Kendall τ per prompt group"),
                            (axes[1], "spearman_rho", "Spearman ρ per prompt group")):
-        for kind in kinds:
-            v = groups.loc[groups["kind"] == kind, col].dropna()
+        for key in series:
+            v = groups.loc[(groups["kind"] == key[0]) & (groups["arm"] == key[1]), col].dropna()
             if len(v):
-                ax.hist(v, bins=bins, alpha=0.55, color=colours.get(kind), label=f"{kind} (mean {v.mean():.3f}, n={len(v)})")
+                ax.hist(v, bins=bins, histtype="step", linewidth=1.4, color=colours[key],
+                        label=f"{_short(key[1])}, {key[0]} (ρ/τ mean {v.mean():.3f}, n={len(v)})" if col == "spearman_rho"
+                        else None)
         ax.set_xlabel(label, fontsize=8)
         ax.set_ylabel("prompt groups", fontsize=8)
-        ax.legend(fontsize=7, loc="upper left")
         ax.tick_params(labelsize=7)
-    if not hit_cols:
-        fig.suptitle("Ranking fidelity: proxy (explore precision) vs full-precision rewards of the same seeds", fontsize=10)
-        return _fidelity_output(fig, groups)
-    ax = axes[2]
-    width = 0.8 / max(len(kinds), 1)
-    for i, kind in enumerate(kinds):
-        g = groups[groups["kind"] == kind]
-        means = [g[c].mean() for c in hit_cols]
-        ax.bar(np.arange(len(hit_cols)) + i * width, means, width, color=colours.get(kind), alpha=0.8, label=kind)
-    ax.set_xticks(np.arange(len(hit_cols)) + width * (len(kinds) - 1) / 2, hit_cols, fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("mean hit rate", fontsize=8)
-    ax.legend(fontsize=7)
-    ax.tick_params(labelsize=7)
+    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside lower center", fontsize=6, ncols=2)
+    if hit_cols:
+        ax = axes[2]
+        width = 0.8 / max(len(series), 1)
+        for i, key in enumerate(series):
+            g = groups[(groups["kind"] == key[0]) & (groups["arm"] == key[1])]
+            ax.bar(np.arange(len(hit_cols)) + i * width, [g[c].mean() for c in hit_cols], width, color=colours[key],
+                   alpha=0.85)
+        n = float(groups["n_pairs"].median())
+        for j, c in enumerate(hit_cols):
+            chance = int(c.split("@")[1]) / n
+            ax.plot([j - 0.1, j + 0.9 - 0.1], [chance, chance], color="black", linestyle=":", linewidth=1.0)
+        ax.set_xticks(np.arange(len(hit_cols)) + width * (len(series) - 1) / 2, hit_cols, fontsize=8)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel(f"mean hit rate (dotted: chance K/N, N={n:g})", fontsize=8)
+        ax.tick_params(labelsize=7)
     fig.suptitle("Ranking fidelity: proxy (explore precision) vs full-precision rewards of the same seeds", fontsize=10)
     return _fidelity_output(fig, groups)
 
 
+def _short(arm: str, width: int = 60) -> str:
+    import textwrap
+
+    return textwrap.shorten(arm, width, placeholder="...")
+
+
 def _fidelity_output(fig, groups: pd.DataFrame) -> Figure:
     return Figure("ranking_fidelity_chart", "Ranking fidelity distributions", fig, (
-        "Distributions over prompt groups of the rank correlations between proxy and full-precision rewards, and "
-        "the mean top-K hit rates. 'selected only' groups (training data) are within the K selected seeds and "
-        "biased upward; 'all seeds' groups are the unbiased measurement."), data=groups)
+        "Distributions over prompt groups of the rank correlations between proxy and full-precision rewards, one "
+        "outline per arm (explore recipe, checkpoint) and kind, never pooled across them, and the mean top-K hit "
+        "rates beside their chance level K/N (a random ranking's). 'selected only' groups (training data) are "
+        "within the K selected seeds and biased upward; 'all seeds' groups are the unbiased measurement."), data=groups)
 
 
 # ---- decomposed fidelity: what precision costs apart from fewer steps ------------------------------
@@ -311,7 +334,7 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
                 if recipe != "none" and not control.empty:
                     paired = r[["prompt_id", col]].merge(control[["prompt_id", col]], on="prompt_id", suffixes=("", "_c"))
                     d = (paired[col] - paired[f"{col}_c"]).dropna().to_numpy()
-                    p = paired_ci([d], n_boot=o.n_boot, level=o.ci_level, seed=o.boot_seed)
+                    p = paired_ci(d[None, :], level=o.ci_level)  # one run: a t interval over its prompts
                     row.update({f"{col}_vs_steps_only": p.mean, f"{col}_vs_steps_only_lo": p.lo,
                                 f"{col}_vs_steps_only_hi": p.hi})
                     disp[f"Δ{name[-1]} vs step budget only"] = (f"{p.mean:+.3f} [{p.lo:+.3f}, {p.hi:+.3f}]"
@@ -331,5 +354,5 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
                      "network (recipe none), so its ρ and τ are what fewer steps alone cost; the other rows add the "
                      "precision (NVFP4, MXFP4, FP8). Cells: mean over prompt groups ± "
                      f"{o.ci_level:.0%} t half-width. Δ vs step budget only: paired per prompt (same prompts and seeds), "
-                     f"[{o.ci_level:.0%} bootstrap interval over prompts, {o.n_boot} resamples]: what the precision "
+                     f"[{o.ci_level:.0%} t interval over prompts]: what the precision "
                      "costs apart from fewer steps."), display=pd.DataFrame(display))

@@ -6,10 +6,14 @@ from the same initial noise for the same prompts. The paired difference of one s
 evaluation step, is (per eval prompt) the mean over eval seeds of score_A - score_B; the trainer stores
 those per-sample scores as metrics rows with split ``eval_sample`` (columns prompt_id, eval_seed).
 
-The interval is a two-level bootstrap (``stats.hierarchical_bootstrap``): run seeds resampled with
-replacement and, within each drawn seed, eval prompts with replacement. Results collected before
-the trainer stored per-sample rows fall back to the per-run eval means: one difference per seed,
-only seeds resampled (and no interval with one seed). ``PairedCI.covers`` says which applies.
+The design is run seeds crossed with the same eval prompts (every run evaluates the same prompts), so
+the differences form a matrix [run seeds, eval prompts] and the interval is ``stats.crossed_interval``:
+seeds and prompts both random, a t interval with Satterthwaite's degrees of freedom, whose coverage
+tests/test_report_intervals.py shows by simulation. With fewer than three run seeds the seed-to-seed
+variance is not estimated and the interval covers the eval prompts only (``PairedCI.covers`` says so).
+Results collected before the trainer stored per-sample rows fall back to the per-run eval means: one
+difference per seed, a t interval over seeds (none with one seed). ``Paired.per_seed_frame`` gives
+each run seed's own mean difference for the CSVs.
 """
 
 from __future__ import annotations
@@ -34,11 +38,23 @@ class Paired:
     arm_mean: float  # the arm's mean score over the same pairs
     base_mean: float
     seeds: list
+    steps: tuple = ()  # per seed: (step of the arm, step of the baseline) compared
 
     @property
     def relative(self) -> float:
         """The difference as a fraction of the baseline's mean score."""
         return self.ci.mean / abs(self.base_mean) if self.base_mean else float("nan")
+
+    def per_seed_frame(self, **labels) -> pd.DataFrame:
+        """One row per run seed: its mean paired difference and the steps compared (for the CSVs)."""
+        rows = []
+        for i, seed in enumerate(self.seeds):
+            if i >= len(self.ci.per_seed):
+                break
+            steps = self.steps[i] if i < len(self.steps) else (self.step, self.step)
+            rows.append(dict(labels, seed=seed, difference=self.ci.per_seed[i], step=steps[0], base_step=steps[1],
+                             n_prompts=self.ci.n_prompts))
+        return pd.DataFrame(rows)
 
 
 def sample_rows(tables: Tables, metric: str) -> pd.DataFrame:
@@ -89,56 +105,63 @@ def seed_runs(tables: Tables, model: str, arm: str) -> dict:
     return out
 
 
-def paired_difference(tables: Tables, model: str, metric: str, arm: str, base_arm: str) -> Paired | None:
-    """arm - base_arm at the last evaluation step common to each same-seed pair of runs (equal iterations)."""
-    a_runs, b_runs = seed_runs(tables, model, arm), seed_runs(tables, model, base_arm)
-    seeds = sorted(set(a_runs) & set(b_runs), key=lambda s: (str(type(s)), s))
+def _paired(tables: Tables, pairs: list, metric: str) -> Paired | None:
+    """The Paired of ``pairs`` [(seed, run_a, step_a, run_b, step_b)]: differences per seed and prompt."""
+    samples = sample_rows(tables, metric)
+    per_seed, seeds, steps, a_vals, b_vals = [], [], [], [], []
+    for seed, ra, sa, rb, sb in pairs:
+        seeds.append(seed)
+        steps.append((sa, sb))
+        a_vals.append(_run_value(tables, ra, metric, sa))
+        b_vals.append(_run_value(tables, rb, metric, sb))
+        per_seed.append(prompt_differences(samples, ra, sa, rb, sb))
     if not seeds:
         return None
-    samples = sample_rows(tables, metric)
-    groups, steps, a_vals, b_vals, per_prompt = [], [], [], [], True
-    for seed in seeds:
+    per_prompt = all(not d.empty for d in per_seed)
+    if per_prompt:  # crossed design: the prompts every seed has
+        matrix = pd.concat(per_seed, axis=1, join="inner").T.to_numpy(float)
+        per_prompt = matrix.shape[1] > 0
+    if not per_prompt:  # mixing per-prompt and per-run values would weigh them unequally: per-run for all
+        matrix = np.array([[a - b] for a, b in zip(a_vals, b_vals)])
+    o = tables.options
+    ci = paired_ci(matrix, level=o.ci_level, per_prompt=per_prompt)
+    return Paired(ci, max(s for s, _ in steps), float(np.nanmean(a_vals)), float(np.nanmean(b_vals)), seeds,
+                  tuple(steps))
+
+
+def paired_difference(tables: Tables, model: str, metric: str, arm: str, base_arm: str,
+                      step: int | None = None) -> Paired | None:
+    """arm - base_arm at the last evaluation step common to each same-seed pair of runs (equal iterations),
+    or at ``step`` when given (pairs without an evaluation there are left out)."""
+    a_runs, b_runs = seed_runs(tables, model, arm), seed_runs(tables, model, base_arm)
+    pairs = []
+    for seed in sorted(set(a_runs) & set(b_runs), key=lambda s: (str(type(s)), s)):
         ra, rb = a_runs[seed], b_runs[seed]
         common = _eval_steps(tables, ra, metric) & _eval_steps(tables, rb, metric)
-        if not common:
-            continue
-        step = max(common)
-        steps.append(step)
-        diffs = prompt_differences(samples, ra, step, rb, step)
-        a_vals.append(_run_value(tables, ra, metric, step))
-        b_vals.append(_run_value(tables, rb, metric, step))
-        if diffs.empty:
-            per_prompt = False
-            diffs = pd.Series([a_vals[-1] - b_vals[-1]])
-        groups.append(diffs.to_numpy(float))
-    if not groups:
-        return None
-    if not per_prompt:  # mixing per-prompt and per-run groups would weigh them unequally: per-run for all
-        groups = [np.array([a - b]) for a, b in zip(a_vals, b_vals)]
-    o = tables.options
-    ci = paired_ci(groups, n_boot=o.n_boot, level=o.ci_level, seed=o.boot_seed, per_prompt=per_prompt)
-    return Paired(ci, max(steps) if steps else None, float(np.nanmean(a_vals)), float(np.nanmean(b_vals)), seeds)
+        if step is not None:
+            common &= {step}
+        if common:
+            pairs.append((seed, ra, max(common), rb, max(common)))
+    return _paired(tables, pairs, metric)
+
+
+def paired_at_steps(tables: Tables, model: str, metric: str, arm: str, base_arm: str,
+                    step_a: int, step_b: int) -> Paired | None:
+    """arm at its step ``step_a`` - base_arm at its step ``step_b``, runs paired by seed (unequal iterations:
+    say so where it is shown)."""
+    a_runs, b_runs = seed_runs(tables, model, arm), seed_runs(tables, model, base_arm)
+    pairs = [(seed, a_runs[seed], step_a, b_runs[seed], step_b)
+             for seed in sorted(set(a_runs) & set(b_runs), key=lambda s: (str(type(s)), s))
+             if step_a in _eval_steps(tables, a_runs[seed], metric) and step_b in _eval_steps(tables, b_runs[seed], metric)]
+    return _paired(tables, pairs, metric)
 
 
 def paired_steps(tables: Tables, model: str, metric: str, arm: str, step_a: int, step_b: int) -> Paired | None:
     """Within one arm: the score at step_a minus the score at step_b of the same runs (same prompts, seeds)."""
     runs = seed_runs(tables, model, arm)
-    samples = sample_rows(tables, metric)
-    groups, a_vals, b_vals, per_prompt = [], [], [], True
-    for _seed, rid in sorted(runs.items(), key=lambda kv: str(kv[0])):
-        steps = _eval_steps(tables, rid, metric)
-        if step_a not in steps or step_b not in steps:
-            continue
-        a_vals.append(_run_value(tables, rid, metric, step_a))
-        b_vals.append(_run_value(tables, rid, metric, step_b))
-        diffs = prompt_differences(samples, rid, step_a, rid, step_b)
-        if diffs.empty:
-            per_prompt = False
-        groups.append(diffs.to_numpy(float))
-    if not a_vals:
-        return None
-    if not per_prompt:
-        groups = [np.array([a - b]) for a, b in zip(a_vals, b_vals)]
-    o = tables.options
-    ci = paired_ci(groups, n_boot=o.n_boot, level=o.ci_level, seed=o.boot_seed, per_prompt=per_prompt)
-    return Paired(ci, step_a, float(np.mean(a_vals)), float(np.mean(b_vals)), sorted(runs, key=str))
+    pairs = [(seed, rid, step_a, rid, step_b) for seed, rid in sorted(runs.items(), key=lambda kv: str(kv[0]))
+             if {step_a, step_b} <= _eval_steps(tables, rid, metric)]
+    p = _paired(tables, pairs, metric)
+    if p is not None:
+        p.step = step_a
+    return p

@@ -32,27 +32,48 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-def arm_styles(arms: list[str], methods: dict[str, str]) -> dict[str, dict]:
-    """Colour by method, line style cycling over the arms of the same method."""
+def headline_arms(tables, runs) -> set[str]:
+    """Each method's headline arm (the one the Findings compare: most seeds, settings at their defaults)."""
+    from solbench.report.findings import main_arm
+
+    return {arm for method in runs["method"].dropna().unique() if (arm := main_arm(tables, runs, method))}
+
+
+def arm_styles(arms: list[str], methods: dict[str, str], headline: set[str] | None = None) -> dict[str, dict]:
+    """Colour by method, the headline arm of each method (``headline``; default: its first arm) in the method's
+    own strong colour with a thick solid line; the method's other arms in darker or lighter variants of it
+    (never near white) with other line styles."""
     styles, seen, fallback = {}, {}, iter(_FALLBACK * 10)
     extra: dict[str, str] = {}
-    for arm in arms:
+    headline = set(headline or ())
+    ordered = sorted(arms, key=lambda a: (a not in headline, arms.index(a)))  # headline arms take variant 0
+    for arm in ordered:
         display = method_display(methods.get(arm, arm))
         colour = _METHOD_COLOURS.get(display) or extra.setdefault(display, next(fallback))
         count = seen.get(display, 0)
         seen[display] = count + 1
-        if count:  # a second arm of the same method: vary the shade and the line style
-            colour = _shade(colour, count)
-        styles[arm] = {"color": colour, "linestyle": _LINESTYLES[count % len(_LINESTYLES)]}
-    return styles
+        if count:  # a further arm of the same method: a variant of its colour and another line style
+            colour = _variant(colour, count)
+        styles[arm] = {"color": colour, "linestyle": _LINESTYLES[count % len(_LINESTYLES)],
+                       "linewidth": 2.2 if count == 0 else 1.1, "zorder": 3 if count == 0 else 2}
+    return {arm: styles[arm] for arm in arms}
 
 
-def _shade(colour: str, k: int) -> str:
+def _variant(colour: str, k: int) -> str:
+    """The k-th variant of a colour: alternately darker and lighter, by at most 45 % (never near white)."""
     from matplotlib.colors import to_rgb
 
     r, g, b = to_rgb(colour)
-    f = 0.55 ** k
-    return "#{:02x}{:02x}{:02x}".format(*(int(255 * (1 - (1 - c) * f)) for c in (r, g, b)))
+    amount = min(0.15 * ((k + 1) // 2), 0.45)
+    target = 0.0 if k % 2 else 1.0  # odd: toward black, even: toward white
+    return "#{:02x}{:02x}{:02x}".format(*(int(255 * (c + (target - c) * amount)) for c in (r, g, b)))
+
+
+def int_ticks(ax, axis: str = "x") -> None:
+    """Integer tick labels on an axis of whole numbers (iterations, N, steps)."""
+    from matplotlib.ticker import MaxNLocator
+
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(MaxNLocator(integer=True))
 
 
 def phase_colour(phase: str, index: int) -> str:

@@ -94,25 +94,82 @@ def fmt_ci(ci: CI, digits: int = 4) -> str:
     return f"{fmt_num(ci.mean, digits)} ± {fmt_num(ci.half_width, digits)}"
 
 
+#: Run seeds from which the seed-to-seed variance of a paired difference is estimated (docs/reports.md,
+#: "Paired comparisons"): with fewer, intervals rest on the eval prompts alone and say so.
+MIN_SEEDS_FOR_SEED_VARIANCE = 3
+
+
 @dataclass(frozen=True)
 class PairedCI:
-    """A paired difference with its hierarchical bootstrap interval and what was resampled."""
+    """A paired difference, its interval and what the interval covers (``crossed_interval``)."""
 
     mean: float
     lo: float
     hi: float
     n_seeds: int
-    n_prompts: int  # eval prompts per seed (the smallest count when seeds differ); 0: per-run values only
+    n_prompts: int  # eval prompts common to every seed; 0: per-run values only (no per-prompt eval rows)
+    df: float = math.nan  # degrees of freedom of the t quantile
+    per_seed: tuple[float, ...] = ()  # each run seed's mean difference, in seed order
+
+    @property
+    def seed_variance_estimated(self) -> bool:
+        """Whether the interval covers run-to-run variation (3+ seeds, or 2+ per-run values)."""
+        return self.n_seeds >= MIN_SEEDS_FOR_SEED_VARIANCE or (self.n_prompts == 0 and self.n_seeds >= 2)
 
     @property
     def covers(self) -> str:
         """What the interval covers, for captions."""
         if self.n_prompts == 0:
-            return (f"run seeds only ({self.n_seeds} paired runs; no per-prompt eval rows)" if self.n_seeds > 1
+            return (f"run seeds only ({self.n_seeds} paired runs, t interval; no per-prompt eval rows)" if self.n_seeds > 1
                     else "nothing (one paired run and no per-prompt eval rows)")
-        if self.n_seeds == 1:
-            return f"eval prompts only ({self.n_prompts} prompts of one run seed; run-to-run variation not covered)"
-        return f"run seeds ({self.n_seeds}) and, within each, eval prompts ({self.n_prompts})"
+        if not self.seed_variance_estimated:
+            return (f"eval prompts only ({self.n_prompts} prompts x {self.n_seeds} run seed{'s' if self.n_seeds > 1 else ''}): "
+                    "seed-to-seed variance not estimated")
+        return f"run seeds ({self.n_seeds}) crossed with eval prompts ({self.n_prompts}), both random"
+
+
+def crossed_interval(x, level: float = 0.95) -> tuple[float, float, float, float]:
+    """(mean, lo, hi, df) of the grand mean of ``x`` [seeds, prompts]: paired differences of run seeds
+    crossed with the same eval prompts, both drawn at random (a two-way random-effects model
+    d = mu + seed + prompt + residual).
+
+    Mean squares of the two-way layout without replication (MS_S, MS_P, MS_E); the variance of the grand
+    mean is sigma_seed^2 / S + sigma_prompt^2 / P + sigma_e^2 / (S P), estimated with each variance
+    component truncated at zero, i.e. [max(MS_S, MS_E) + max(MS_P, MS_E) - MS_E] / (S P), and a Student t
+    interval with Satterthwaite's degrees of freedom. One prompt column: a t interval over the seeds;
+    one seed row: a t interval over the prompts. Fewer than ``MIN_SEEDS_FOR_SEED_VARIANCE`` seeds (and more
+    than one prompt): the seed term is not estimated; the interval is over the prompts of the seed means
+    (seeds held fixed), which is what those runs can carry. A single value gives no interval (NaN).
+    tests/test_report_intervals.py shows its coverage by simulation.
+    """
+    x = np.asarray(x, dtype=float)
+    if x.ndim == 1:
+        x = x[None, :]
+    s, p = x.shape
+    mean = float(x.mean()) if x.size else math.nan
+    if x.size <= 1:
+        return mean, math.nan, math.nan, math.nan
+    if np.ptp(x) == 0:  # every difference equal: no spread at all (verdict refuses the zero width)
+        return mean, mean, mean, math.inf
+    if p == 1 or s == 1 or s < MIN_SEEDS_FOR_SEED_VARIANCE:
+        units = x[:, 0] if p == 1 else x.mean(axis=0)  # one value per seed, or per prompt
+        ci = mean_ci(units, level)
+        return mean, ci.lo, ci.hi, float(units.size - 1)
+    rows, cols = x.mean(axis=1), x.mean(axis=0)
+    ms_s = p * float(((rows - mean) ** 2).sum()) / (s - 1)
+    ms_p = s * float(((cols - mean) ** 2).sum()) / (p - 1)
+    resid = x - rows[:, None] - cols[None, :] + mean
+    df_e = (s - 1) * (p - 1)
+    ms_e = float((resid ** 2).sum()) / df_e
+    c_s, c_p = float(ms_s >= ms_e), float(ms_p >= ms_e)  # a truncated component leaves MS_E in its place
+    terms = [(c_s * ms_s, s - 1), (c_p * ms_p, p - 1), ((1.0 - c_s - c_p) * ms_e, df_e)]
+    terms = [(t, d) for t, d in terms if t != 0.0]
+    total = sum(t for t, _ in terms)
+    if total <= 0:
+        return mean, mean, mean, math.inf  # every difference equal: no spread (verdict refuses it)
+    df = total ** 2 / sum(t * t / d for t, d in terms)
+    half = float(stats.t.ppf(0.5 + level / 2.0, df)) * math.sqrt(total / (s * p))
+    return mean, mean - half, mean + half, float(df)
 
 
 def hierarchical_bootstrap(groups: Sequence[Sequence[float]], *, n_boot: int = 2000, level: float = 0.95,
@@ -152,27 +209,38 @@ def hierarchical_bootstrap(groups: Sequence[Sequence[float]], *, n_boot: int = 2
     return point, float(lo), float(hi), replicates
 
 
-def paired_ci(groups: Sequence[Sequence[float]], *, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
-              per_prompt: bool = True) -> PairedCI:
-    """``hierarchical_bootstrap`` of paired differences (one group per run seed), as a PairedCI."""
-    point, lo, hi, _ = hierarchical_bootstrap(groups, n_boot=n_boot, level=level, seed=seed)
-    sizes = [len(g) for g in groups if len(g)]
-    return PairedCI(point, lo, hi, len(sizes), (min(sizes) if sizes else 0) if per_prompt else 0)
+def paired_ci(matrix, *, level: float = 0.95, per_prompt: bool = True) -> PairedCI:
+    """``crossed_interval`` of paired differences ``matrix`` [run seeds, eval prompts] (rows in seed order;
+    ``per_prompt`` False: one column of per-run differences), as a PairedCI."""
+    x = np.asarray(matrix, dtype=float)
+    if x.ndim == 1:
+        x = x[:, None]
+    mean, lo, hi, df = crossed_interval(x, level) if x.size else (math.nan,) * 4
+    return PairedCI(mean, lo, hi, int(x.shape[0]), int(x.shape[1]) if per_prompt else 0, df,
+                    tuple(float(v) for v in x.mean(axis=1)) if x.size else ())
 
 
-#: The verdicts of the Findings section (docs/reports.md, "Findings").
-REPRODUCED, CONTRADICTED, INCONCLUSIVE, NOT_MEASURED = ("reproduced", "contradicted", "inconclusive",
-                                                        "not measured by this spec")
+#: The verdicts of the Findings section (docs/reports.md, "Findings"). PROJECTION: a value that follows
+#: from the configuration (counted FLOPs), reported with its inputs, never judged.
+REPRODUCED, CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, PROJECTION = (
+    "reproduced", "contradicted", "inconclusive", "not measured by this spec", "projection")
+
+
+def zero_width(lo: float, hi: float) -> bool:
+    """An interval that could not have come out otherwise: its bounds equal to float precision."""
+    return math.isfinite(lo) and math.isfinite(hi) and abs(hi - lo) <= 1e-12 * max(1.0, abs(lo), abs(hi))
 
 
 def verdict(lo: float, hi: float, threshold: float, direction: str = "greater") -> str:
     """The Findings rule: the paper's claim is "effect > threshold" (``direction`` "greater") or
     "effect < threshold" ("less"). Reproduced when the whole interval lies on the claim's side of the
     threshold, contradicted when it lies wholly on the other side, inconclusive when it spans (or
-    touches) the threshold or there is no interval."""
+    touches) the threshold or there is no interval. A zero-width interval is refused (inconclusive): its
+    data could not have said otherwise (a value that follows from the configuration is a PROJECTION,
+    which its caller reports without a verdict)."""
     if direction not in ("greater", "less"):
         raise ValueError(f"direction must be 'greater' or 'less', got {direction!r}")
-    if math.isnan(lo) or math.isnan(hi):  # no interval (infinite bounds, e.g. a speedup, are kept)
+    if math.isnan(lo) or math.isnan(hi) or zero_width(lo, hi):  # infinite bounds (a speedup) are kept
         return INCONCLUSIVE
     if direction == "less":
         lo, hi, threshold = -hi, -lo, -threshold

@@ -4,7 +4,8 @@ Two forms are accepted, the first found wins:
 1. ``trials.parquet`` (or ``trials.csv``): one row per trial with ``value``, optional ``state``
    (COMPLETE rows are used) and ``number``, and the sampled parameters either as bare columns
    (``n``, ``k``) or as Optuna's ``params_<name>`` columns; an optional ``direction`` column
-   (``maximize``/``minimize``).
+   (``maximize``/``minimize``; a reward-and-time study writes ``maximize,minimize`` and the columns
+   ``value_time`` and ``pareto``).
 2. An Optuna storage file (``*.db``, ``*.sqlite``, ``*.sqlite3``: SQLite; ``*.log``/``*.journal``:
    JournalStorage). Every study in it is read with ``study.trials_dataframe()``; a ``study`` column
    tells them apart.
@@ -46,7 +47,7 @@ def load_trials(sweep_dir: Path) -> tuple[pd.DataFrame | None, str]:
             frame = pd.read_parquet(path) if name.endswith(".parquet") else pd.read_csv(path)
             direction = "maximize"
             if "direction" in frame.columns and frame["direction"].notna().any():
-                direction = str(frame["direction"].dropna().iloc[0]).lower()
+                direction = str(frame["direction"].dropna().iloc[0]).lower().split(",")[0]  # multi: the reward's
                 direction = "minimize" if "min" in direction else "maximize"
             return _normalise(frame), direction
     storages = sorted(p for p in sweep_dir.iterdir() if p.suffix in _SQLITE + _JOURNAL and p.is_file())

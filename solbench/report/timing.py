@@ -63,6 +63,52 @@ def per_run_medians(tables: Tables) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
     return med, phase_med, fallback
 
 
+#: Other programs' busy cores (on a run's own cores, mean over its training phases) above which its
+#: timings are flagged as measured under contention.
+CONTENTION = 0.25
+
+
+def run_load(tables: Tables) -> pd.DataFrame:
+    """Per done run: ``load``, the seconds-weighted mean over its training phases of how many of its cores
+    other programs kept busy (timings.load), and ``load_max`` (its busiest iteration); empty when no row
+    recorded a load."""
+    t = tables.timings
+    cols = ["run_id", "load", "load_max"]
+    if "load" not in t:
+        return pd.DataFrame(columns=cols)
+    t = t[t["run_id"].isin(tables.done_runs["run_id"]) & ~t["phase"].isin(EVAL_PHASES)].copy()
+    t["load"] = pd.to_numeric(t["load"], errors="coerce")
+    t = t.dropna(subset=["load", "seconds"])
+    t = t[t["seconds"] > 0]
+    if t.empty:
+        return pd.DataFrame(columns=cols)
+    t["busy"] = t["load"] * t["seconds"]
+    per_iter = t.groupby(["run_id", "step"])[["busy", "seconds"]].sum()
+    per_iter["load"] = per_iter["busy"] / per_iter["seconds"]
+    runs = per_iter.groupby("run_id").agg(busy=("busy", "sum"), seconds=("seconds", "sum"), load_max=("load", "max"))
+    runs["load"] = runs["busy"] / runs["seconds"]
+    return runs.reset_index()[cols]
+
+
+def contention_note(tables: Tables, loads: pd.DataFrame) -> Note:
+    """Which runs were timed beside other programs (their load above CONTENTION), or that none was."""
+    if loads.empty:
+        return Note("Load", "These timings carry no load (the runs did not record timings.load): whether other "
+                    "programs shared their cores is unknown.", level="warning")
+    info = tables.done_runs.set_index("run_id")
+    busy = loads[loads["load"] > CONTENTION].sort_values("load", ascending=False)
+    if busy.empty:
+        return Note("Load", f"No run was timed under contention: other programs kept at most "
+                    f"{loads['load'].max():.2f} of a run's cores busy on average (flag above {CONTENTION}).")
+    lines = [f"- `{r.run_id}` ({info.loc[r.run_id, 'arm']}, seed {info.loc[r.run_id, 'seed']}): other programs kept "
+             f"{r.load:.2f} of its cores busy on average (busiest iteration {r.load_max:.2f})" for r in busy.itertuples()]
+    return Note("Measured under contention", (
+        f"{len(busy)} of {len(loads)} runs were timed while other programs kept more than {CONTENTION} of their cores "
+        "busy; their seconds (and any speedup built on them) are slower than the same work on quiet cores, so they "
+        "are flagged in the table below (column `load`) and should not be compared with quiet runs:\n"
+        + "\n".join(lines)), level="warning")
+
+
 def _ratio_of_means(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(a) / np.mean(b)) if np.mean(b) > 0 else math.nan
 
@@ -112,6 +158,9 @@ def timing(tables: Tables):
     caveat = emulation_caveat(tables)
     if caveat:
         outputs.append(caveat)
+    loads = run_load(tables)
+    outputs.append(contention_note(tables, loads))
+    load_of = loads.set_index("run_id")["load"] if not loads.empty else pd.Series(dtype=float)
     if fallback:
         outputs.append(Note("Warm-up", f"Some runs have no more than {opts.warmup} timed iteration(s): "
                                        "their medians include the warm-up iterations.", level="warning"))
@@ -167,10 +216,15 @@ def timing(tables: Tables):
             if a.empty:
                 continue
             roll, e2e = mean_ci(a["rollout_s"].values, level), mean_ci(a["e2e_s"].values, level)
+            run_loads = a["run_id"].map(load_of).dropna()
+            contended = int((run_loads > CONTENTION).sum())
             row = dict(model=model, arm=arm, method=a["method"].iloc[0], n_seeds=len(a), rollout_s=roll.mean,
-                       rollout_lo=roll.lo, rollout_hi=roll.hi, e2e_s=e2e.mean, e2e_lo=e2e.lo, e2e_hi=e2e.hi)
+                       rollout_lo=roll.lo, rollout_hi=roll.hi, e2e_s=e2e.mean, e2e_lo=e2e.lo, e2e_hi=e2e.hi,
+                       load_max=float(run_loads.max()) if len(run_loads) else np.nan, contended_runs=contended)
             pm = phase_med[(phase_med["model"] == model) & (phase_med["arm"] == arm)].groupby("phase")["seconds"].mean()
-            disp = {"model": model, "method": arm, "seeds": str(len(a)), "rollout (s)": fmt_ci(roll), "E2E (s)": fmt_ci(e2e)}
+            disp = {"model": model, "method": arm, "seeds": str(len(a)), "rollout (s)": fmt_ci(roll), "E2E (s)": fmt_ci(e2e),
+                    "load": ("-" if run_loads.empty else f"{run_loads.max():.2f}"
+                             + (f" (**{contended} run{'s' if contended > 1 else ''} contended**)" if contended else ""))}
             for phase in phases:
                 row[f"phase_{phase}_s"] = float(pm.get(phase, 0.0))
                 disp[phase] = fmt_num(float(pm.get(phase, 0.0)), 3)
@@ -185,7 +239,9 @@ def timing(tables: Tables):
             display_rows.append(disp)
     outputs.append(Table("timing_phases", "Seconds per iteration by method and phase", pd.DataFrame(rows), (
         "Every method, measured. Rollout and E2E as in the table above (mean of per-run medians ± "
-        f"{level:.0%} t half-width over seeds). Phase columns: mean over seeds of each run's median seconds "
+        f"{level:.0%} t half-width over seeds). load: the most other programs kept of a run's cores busy (mean over "
+        f"its training phases, the busiest run of the arm); runs above {CONTENTION} are contended (the note above). "
+        "Phase columns: mean over seeds of each run's median seconds "
         "per iteration spent in that phase (0 where a method has no such phase); medians of phases need not "
         "add up to the median of the totals."), display=pd.DataFrame(display_rows)))
     outputs.append(_phase_figure(tables, phase_med, phases))

@@ -6,6 +6,9 @@
 - `shapes_geneval_strict` (values {0, 1}): GenEval's "correct", 1 when every requirement of the
   prompt is met. Evaluation metric; its mean over prompts is the GenEval-style accuracy.
 
+Both carry the evaluation check ``extra_objects`` (objects detected beyond what the prompt asks for),
+which the trainer stores per eval sample and the report's reward-hacking table reads.
+
 Prompts must be in the shapes grammar (solbench.world.grammar); others raise PromptParseError.
 See solbench.world.detector for the exact rules.
 """
@@ -17,7 +20,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from solbench.world.detector import score_images
+from solbench.world.detector import extra_objects, score_images
 
 
 class ShapesGenEval:
@@ -30,6 +33,8 @@ class ShapesGenEval:
         # The detector runs on the CPU (numpy + scipy); `device` is accepted for the registry's sake.
         self.strict = strict
         self.name = "shapes_geneval_strict" if strict else "shapes_geneval"
+        # evaluation-time checks the trainer stores per eval sample (split eval_check), not rewards
+        self.checks = {"extra_objects": extra_objects}
 
     def __call__(self, images: Tensor, prompts: Sequence[str]) -> Tensor:
         return score_images(images, list(prompts), strict=self.strict)

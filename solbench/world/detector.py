@@ -271,3 +271,15 @@ def score_images(images: torch.Tensor, prompts: list[str], *, strict: bool) -> t
     scorer = score_strict if strict else score_graded
     detections = detect(images)
     return torch.tensor([scorer(d, r) for d, r in zip(detections, reqs)], dtype=torch.float32)
+
+
+def extra_objects(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """Objects detected beyond what each prompt asks for: max(0, hard detections - the prompt's object count),
+    [B] float32 on CPU. The graded and strict scores read non-counting prompts as "at least", so extra
+    objects never lower them: this count is how the report sees a policy that draws more than it was asked."""
+    if len(prompts) != images.shape[0]:
+        raise ValueError(f"{images.shape[0]} images but {len(prompts)} prompts")
+    reqs = [_parse_cached(p) for p in prompts]
+    detections = detect(images)
+    return torch.tensor([max(0, len(d) - sum(o.count for o in r.objects)) for d, r in zip(detections, reqs)],
+                        dtype=torch.float32)

@@ -1,0 +1,88 @@
+"""Which FLOPs of a forward run at which precision under a quantization recipe.
+
+One rule decides whether an nn.Linear runs quantized: ``solbench.quant.model.quantizes`` (the recipe's
+skip patterns and its ``max(in, out) <= min_dim`` size rule, as the reference's
+``replace_linear_with_te`` applies them, plus TransformerEngine's 16-divisibility on the ``te``
+backend); ``quantized_copy`` builds the explore copy with it. This module applies the same rule to the
+model's layers as they are shaped at a run's resolution and token counts (``solbench.flops.linear_layers``:
+a forward on the meta device with a hook on every nn.Linear), so the cost projection of the paper's
+setting (solbench/report/cost.py) and the projected clock of each run (solbench/report/clock.py) price
+exactly the FLOPs the recipe puts in low precision, and everything else (attention products, the layers
+the recipe keeps, convolutions) at full precision.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from solbench.flops import LinearLayer, linear_layers, model_architecture
+from solbench.quant.model import quantizes
+from solbench.quant.recipes import QuantRecipe, get_recipe
+
+#: A quantization recipe name that quantizes nothing (fidelity's step-budget control, BF16 methods).
+NO_RECIPE = "none"
+
+
+@dataclass(frozen=True)
+class PrecisionSplit:
+    """FLOPs of one forward of one sample, split by the precision the recipe runs them at."""
+
+    model: str
+    recipe: str
+    total: float  # every matrix product of the forward (FlopCounterMode)
+    linear: float  # the nn.Linear layers
+    quantized: float  # the nn.Linear layers the recipe quantizes
+    layers: tuple[tuple[LinearLayer, bool], ...]  # every Linear and whether it is quantized
+
+    @property
+    def quantized_share(self) -> float:
+        """Share of the forward's FLOPs in quantized layers (the rest runs at full precision)."""
+        return self.quantized / self.total if self.total else 0.0
+
+    @property
+    def linear_share(self) -> float:
+        return self.linear / self.total if self.total else 0.0
+
+    def kept(self) -> list[LinearLayer]:
+        """The Linear layers the recipe keeps at full precision."""
+        return [layer for layer, q in self.layers if not q]
+
+
+def split_layers(layers: tuple[LinearLayer, ...], total: float, recipe: QuantRecipe | str, *,
+                 model: str = "") -> PrecisionSplit:
+    """Apply ``recipe``'s rule (``quantizes``) to ``layers``: the PrecisionSplit of that forward."""
+    if recipe == NO_RECIPE:
+        marked = tuple((layer, False) for layer in layers)
+        name = NO_RECIPE
+    else:
+        recipe = get_recipe(recipe)
+        marked = tuple((layer, quantizes(recipe, layer.name, SimpleNamespace(
+            in_features=layer.in_features, out_features=layer.out_features))) for layer in layers)
+        name = recipe.name
+    return PrecisionSplit(model, name, float(total), float(sum(layer.flops for layer in layers)),
+                          float(sum(layer.flops for layer, q in marked if q)), marked)
+
+
+def precision_split(model: str, recipe: QuantRecipe | str, *, resolution: int | None = None,
+                    path: str | None = None, backend: str | None = None) -> PrecisionSplit:
+    """The PrecisionSplit of one forward of ``model`` (tiny | flux | sd3 | sana) at ``resolution`` under
+    ``recipe`` (a name, a QuantRecipe or ``"none"``). ``backend`` ("emulated" | "te") overrides the
+    recipe's: on ``te`` a layer whose features are not divisible by 16 stays in full precision."""
+    if isinstance(recipe, str):
+        return _cached_split(model, recipe, resolution, path, backend)
+    return _split(model, recipe, resolution, path, backend)
+
+
+def _split(model, recipe, resolution, path, backend) -> PrecisionSplit:
+    class_name, config, shape_key = model_architecture(model, resolution=resolution, path=path)
+    total, layers = linear_layers(class_name, config, shape_key)
+    if recipe != NO_RECIPE and backend is not None:
+        recipe = get_recipe(recipe).replace(backend=backend)
+    return split_layers(layers, total, recipe, model=model)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_split(model, recipe: str, resolution, path, backend) -> PrecisionSplit:
+    return _split(model, recipe, resolution, path, backend)

@@ -1,0 +1,91 @@
+"""Reward hacking: objects beyond what the prompt asks, per method and evaluation step.
+
+The shapes rewards score non-counting prompts ("a green circle", "a red square left of a blue circle") as
+"at least" the objects asked for, so a policy that draws extra objects loses nothing on them. The trainer
+stores, per eval sample, the detector's count of objects beyond the prompt's (split ``eval_check``, metric
+``extra_objects``, with ``prompt_id``, ``eval_seed`` and ``skill``). Per run and step the mean over its eval
+samples; per arm the mean over seeds with a t interval, and the share of images with any extra object. A
+count that rises while the training reward rises is the policy drawing more than it was asked: reward
+hacking the training reward cannot see. Reads stored results only.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from solbench.report.plotting import arm_styles, headline_arms, int_ticks, new_figure
+from solbench.report.registry import Figure, Note, Table, report_kind
+from solbench.report.stats import fmt_ci, mean_ci
+from solbench.report.tables import Tables
+
+SPLIT, METRIC = "eval_check", "extra_objects"
+
+
+def extra_object_rows(tables: Tables) -> pd.DataFrame:
+    """Per-sample extra-object counts of done runs, with model, arm and seed."""
+    m = tables.metrics
+    rows = m[(m["split"] == SPLIT) & (m["metric"] == METRIC)]
+    if rows.empty:
+        return pd.DataFrame()
+    rows = rows.merge(tables.done_runs[["run_id", "model", "arm", "seed"]], on="run_id")
+    if "skill" not in rows:
+        rows = rows.assign(skill=None)
+    return rows.assign(counting=rows["skill"].astype(str) == "counting")
+
+
+@report_kind("reward_hacking", title="Reward hacking: objects beyond the prompt", order=35)
+def reward_hacking(tables: Tables):
+    """Objects the policy draws beyond what each eval prompt asks, per method and step (the rewards never penalise them)."""
+    rows = extra_object_rows(tables)
+    if rows.empty:
+        return Note("Reward hacking", "No eval_check rows (extra_objects): these runs predate the check, or their "
+                    "eval rewards carry no object detector (only the shapes world's do).")
+    level = tables.options.ci_level
+    per_run = rows.groupby(["model", "arm", "seed", "run_id", "step"]).agg(
+        extra=("value", "mean"), with_extra=("value", lambda v: float((v > 0).mean())),
+        extra_non_counting=("value", lambda v: float(v[~rows.loc[v.index, "counting"]].mean()))).reset_index()
+    outputs = []
+    for model in sorted(per_run["model"].unique()):
+        pm = per_run[per_run["model"] == model]
+        runs = tables.done_runs[tables.done_runs["model"] == model]
+        tidy, display = [], []
+        for arm in tables.arm_order(runs):
+            a = pm[pm["arm"] == arm]
+            for step, g in a.groupby("step"):
+                ci, share, nc = (mean_ci(g[c].values, level) for c in ("extra", "with_extra", "extra_non_counting"))
+                tidy.append(dict(model=model, arm=arm, step=int(step), extra_mean=ci.mean, extra_lo=ci.lo,
+                                 extra_hi=ci.hi, with_extra=share.mean, extra_non_counting=nc.mean, n_seeds=ci.n))
+                display.append({"method": arm, "step": str(int(step)), "extra objects / image": fmt_ci(ci, 3),
+                                "images with extra objects": f"{share.mean:.0%}",
+                                "extra / image, non-counting prompts": fmt_ci(nc, 3), "seeds": str(ci.n)})
+        data = pd.DataFrame(tidy)
+        outputs.append(Table(f"reward_hacking_{model}", f"Objects beyond the prompt, {model}", data, (
+            "Per evaluation step: objects the detector finds beyond the number each eval prompt asks for (max(0, "
+            "detected - asked)), mean over the eval prompts x eval seeds of a run, then mean ± half-width of the "
+            f"{level:.0%} t interval over run seeds; the share of eval images with at least one extra object; and the "
+            "count on non-counting prompts (single object, colour, position), which the shapes rewards score as "
+            "'at least' and so never penalise. Step 0 is the base model: a count rising above it while the training "
+            "reward rises is reward hacking."), display=pd.DataFrame(display)))
+        outputs.append(_figure(tables, model, runs, data))
+    return outputs
+
+
+def _figure(tables: Tables, model: str, runs: pd.DataFrame, data: pd.DataFrame) -> Figure:
+    arms = [a for a in tables.arm_order(runs) if a in set(data["arm"])]
+    styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])), headline_arms(tables, runs))
+    fig = new_figure(7.5, 3.4)
+    ax = fig.subplots()
+    for arm in arms:
+        a = data[data["arm"] == arm].sort_values("step")
+        ax.plot(a["step"], a["extra_mean"], marker="o", markersize=2.5, label=arm, **styles[arm])
+        if a["extra_lo"].notna().any():
+            ax.fill_between(a["step"], a["extra_lo"], a["extra_hi"], color=styles[arm]["color"], alpha=0.12, linewidth=0)
+    ax.set_xlabel("iteration", fontsize=8)
+    ax.set_ylabel("extra objects per eval image", fontsize=8)
+    int_ticks(ax)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
+    return Figure(f"reward_hacking_{model}_chart", f"Objects beyond the prompt against iteration, {model}", fig, (
+        "Mean over run seeds of the extra objects per eval image (band: t interval over seeds); the table above "
+        "gives the numbers."), data=data)
