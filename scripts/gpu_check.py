@@ -88,11 +88,13 @@ def native_backend(fmt: str) -> dict:
         if fmt == "fp8":
             codes, decode = quantize_fp8_rows(x)
             ref = formats.quantize(x, "fp8")
-            same = bool(torch.equal(codes.view(torch.uint8), ref.codes.view(torch.uint8))) and bool(torch.equal(decode, ref.scales))
+            same = (bool(torch.equal(codes.view(torch.uint8), ref.codes.view(torch.uint8)))
+                    and bool(torch.equal(decode, ref.scales)))
         else:
             codes, scales, decode = quantize_nvfp4_rows(x)
             ref = formats.quantize(x, "nvfp4", (1, 16))
-            same = bool(torch.equal(codes, ref.codes)) and bool(torch.equal(scales.view(torch.uint8), ref.scales.view(torch.uint8)))
+            same = (bool(torch.equal(codes, ref.codes))
+                    and bool(torch.equal(scales.view(torch.uint8), ref.scales.view(torch.uint8))))
         weights_same = bool(torch.equal(native.dequantized_weight(torch.bfloat16), emulated.weight))
         with torch.no_grad():
             native(x)  # warm-up: cuBLAS handles and workspaces are created outside the checked call

@@ -161,7 +161,8 @@ def test_auto_takes_te_then_scaled_matmul_then_emulation_and_says_why(monkeypatc
     assert hopper.backend == "torch" and set(hopper.passed_over) == {"te"}
     assert hopper.record() == {"recipe": "fp8_w8a8", "backend_requested": "auto", "backend": "torch",
                                "passed_over": {"te": hopper.passed_over["te"]}}
-    with pytest.raises(quant.BackendUnavailableError, match=r"te: .*; torch: the GPU is sm_90; nvfp4 tensor cores need sm_100"):
+    hopper_nvfp4 = r"te: .*; torch: the GPU is sm_90; nvfp4 tensor cores need sm_100"
+    with pytest.raises(quant.BackendUnavailableError, match=hopper_nvfp4):
         choose_backend(nvfp4, "auto", capability=(9, 0))
     fallback = choose_backend(nvfp4, "auto", capability=(9, 0), allow_emulated_fallback=True)
     assert fallback.backend == "emulated" and set(fallback.passed_over) == {"te", "torch"}

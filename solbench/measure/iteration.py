@@ -167,15 +167,18 @@ def _measure_run(cfg, *, device: torch.device, tiny: bool, rewards: dict, workdi
     result.setup_s = time.perf_counter() - start
     needs = SpecNeeds()
     _add_run(needs, cfg.to_dict())
-    items = memory_items(needs.profiles[0]) if needs.profiles else []
-    result.predicted = {name.split(":")[0]: gb for name, gb in items}
+    if needs.profiles:  # the doctor's items for the spec's run, in the format explored here
+        profile = needs.profiles[0]
+        if explore is not None:
+            profile = dataclasses.replace(profile, formats=frozenset({recipe.format.upper()}))
+        result.predicted = {name.split(":")[0]: gb for name, gb in memory_items(profile)}
     start = time.perf_counter()
     trainer.step = 1
     try:
         trainer.train_iteration()
     except torch.cuda.OutOfMemoryError as err:  # what ran until then is still reported
-        open_phases = [r.phase for r in timer._open]
-        result.error = f"out of GPU memory in phase {open_phases[-1] if open_phases else '?'}: {str(err).splitlines()[0]}"
+        failed = timer.log[-1][0].phase if timer.log else "?"  # the phase that ran out logs itself on the way out
+        result.error = f"out of GPU memory in phase {failed}: {str(err).splitlines()[0]}"
     result.iteration_s = time.perf_counter() - start
     per_forward = adapter.flops_per_forward()
     for record, peak in timer.log:
@@ -266,8 +269,8 @@ def measure_spec(spec_path, out_dir, *, tiny: bool = False, budget_s: float = 48
         for cfg in runs:
             elapsed = time.perf_counter() - start
             if elapsed + last > budget_s:
-                result["left_out"].append({"method": cfg.method, "why": f"time budget: {elapsed:.0f} s spent, the last "
-                                                                        f"method took {last:.0f} s, budget {budget_s:.0f} s"})
+                why = f"time budget: {elapsed:.0f} s spent, the last method took {last:.0f} s, budget {budget_s:.0f} s"
+                result["left_out"].append({"method": cfg.method, "why": why})
                 continue
             t0 = time.perf_counter()
             try:
