@@ -32,12 +32,12 @@ def small_config(method: str, **overrides) -> RunConfig:
 
 
 def comparable(store: RunStore) -> dict[str, list[dict]]:
-    """Every row minus the wall-clock fields, which legitimately differ between runs."""
+    """Every row minus the wall-clock fields and the machine's load, which legitimately differ between runs."""
     tables = {}
     for table in ("metrics", "timings", "candidates"):
         rows = []
         for row in store.read(table):
-            row = {k: v for k, v in row.items() if k not in ("wall_s", "seconds", "run_id")}
+            row = {k: v for k, v in row.items() if k not in ("wall_s", "seconds", "load", "run_id")}
             rows.append(row)
         tables[table] = rows
     return tables
