@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 from . import layers
-from .layers import BackendUnavailableError
+from .common import BackendUnavailableError
 from .native import native_unavailable_reason
 from .recipes import QuantRecipe
 

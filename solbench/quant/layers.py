@@ -14,20 +14,18 @@ checked up front and reported by `BackendUnavailableError`.
 from __future__ import annotations
 
 import weakref
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .common import BackendUnavailableError, te_rows_padded  # noqa: F401 (importable from here too)
 from .formats import NonFiniteError, fake_quantize
+from .native import NativeLinear, native_unavailable_reason
 from .recipes import QuantRecipe
 
 __all__ = ["QuantLinear", "TELinear", "BackendUnavailableError", "te_unavailable_reason"]
-
-
-class BackendUnavailableError(RuntimeError):
-    """The requested quantization backend cannot run in this environment."""
 
 
 class _SharedInputQuantization:
@@ -208,8 +206,6 @@ def require_backend(recipe: QuantRecipe, device=None) -> None:
     if recipe.backend == "te":
         _require_te(recipe)
     elif recipe.backend == "torch":
-        from .native import native_unavailable_reason
-
         reason = native_unavailable_reason(recipe, device)
         if reason is not None:
             raise BackendUnavailableError(f"recipe {recipe.name!r}, backend 'torch': {reason}")
@@ -326,24 +322,6 @@ def te_row_multiple(recipe: QuantRecipe) -> int:
     return 16 if recipe.format in ("nvfp4", "mxfp4") else 8
 
 
-def te_rows_padded(linear: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, multiple: int) -> torch.Tensor:
-    """``linear(x)`` with x's rows zero-padded to a multiple of ``multiple`` and the padding dropped after.
-
-    TE raises on a GEMM whose leading dimensions do not multiply to a multiple of 8 (16 for FP4):
-    FLUX's modulation layers see [B, 3072] inputs, so any rollout chunk, CFG half or rank shard whose
-    B is not a multiple failed. Zero rows change no real row's result: quantization scales are per
-    16-element block along a row and the per-tensor amax ignores zeros.
-    """
-    lead, width = x.shape[:-1], x.shape[-1]
-    rows = x.numel() // width if width else 0
-    pad = (-rows) % multiple
-    if pad == 0:
-        return linear(x)
-    flat = torch.cat([x.reshape(rows, width), x.new_zeros(pad, width)])
-    out = linear(flat)
-    return out[:rows].reshape(*lead, out.shape[-1])
-
-
 def make_quantized_layer(
     linear: nn.Linear,
     recipe: QuantRecipe,
@@ -367,6 +345,5 @@ def make_quantized_layer(
     return QuantLinear.from_linear(linear, recipe, name=name, shared_inputs=shared_inputs, weight=weight, bias=bias)
 
 
-from .native import NativeLinear  # noqa: E402  (native.py imports this module's helpers)
 
 QUANTIZED_LAYER_TYPES: Tuple[type, ...] = (QuantLinear, TELinear, NativeLinear)

@@ -44,7 +44,7 @@ from .formats import (
     quantize,
     swizzle_scales_128x4,
 )
-from .layers import BackendUnavailableError, te_rows_padded
+from .common import BackendUnavailableError, te_rows_padded
 from .recipes import QuantRecipe
 
 __all__ = ["NativeLinear", "native_unavailable_reason", "quantize_fp8_rows", "quantize_nvfp4_rows"]
