@@ -76,6 +76,46 @@ def block_linear_layers(model: TinyT2I) -> list[tuple[str, torch.nn.Linear]]:
             if isinstance(module, torch.nn.Linear) and "transformer_blocks." in name and not name.endswith("proj_out")]
 
 
+def recipe_linear_layers(model: TinyT2I, recipe) -> list[tuple[str, torch.nn.Linear]]:
+    """(name in model.transformer, layer) of the Linear layers the explore recipe `recipe` (a name or
+    QuantRecipe) quantizes: the layers a consistency stage against that recipe rounds."""
+    from solbench.quant import get_recipe
+
+    recipe = get_recipe(recipe)
+    return [(name, module) for name, module in model.transformer.named_modules()
+            if isinstance(module, torch.nn.Linear) and recipe.skip_reason(name, module) is None]
+
+
+class quantized_inputs:
+    """Context manager: the listed layers see their input fake-quantized (`fmt`, `block`), straight-through.
+
+    Forward pre-hooks, registered on entry and removed on exit, replace a layer's input x by
+    x + (Q(x) - x).detach(): the forward computes what the explore copy's W4A4 layer computes, the
+    gradient passes as if no rounding happened (activations are not parameters; what is trained is
+    the weights that produce and consume them).
+    """
+
+    def __init__(self, modules: list[torch.nn.Module], fmt: str, block):
+        self.modules, self.fmt, self.block = modules, fmt, block
+        self.handles: list = []
+
+    def _hook(self, module, args):
+        from solbench.quant import fake_quantize
+
+        x = args[0]
+        return (x + (fake_quantize(x.detach(), self.fmt, self.block) - x.detach()),) + tuple(args[1:])
+
+    def __enter__(self):
+        self.handles = [m.register_forward_pre_hook(self._hook) for m in self.modules]
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        return False
+
+
 def block_linear_weights(model: TinyT2I) -> list[torch.Tensor]:
     """The weights of `block_linear_layers`."""
     return [module.weight for _, module in block_linear_layers(model)]
@@ -134,9 +174,14 @@ class _WithWeights(torch.nn.Module):
 
 
 def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, sigma: float, seed: int, step: int,
-                             kind: str = "gaussian", min_t: float = 0.0, max_t: float = 1.0):
+                             kind: str = "gaussian", min_t: float = 0.0, max_t: float = 1.0, recipe=None,
+                             weights_only: bool = False):
     """Mean squared change of the velocity when the weights the explore copy quantizes are perturbed.
 
+    The perturbed layers: `block_linear_layers` (recipe None, how v2 was trained), or the layers the
+    explore recipe `recipe` quantizes, rounded in its format and weight block; with a recipe whose
+    activations are quantized (W4A4) and not `weights_only`, their inputs are rounded too
+    (`quantized_inputs`), so the perturbed forward is the explore copy's own.
     kind "nvfp4": each such weight NVFP4-rounded in 16x16 tiles, as the explore copy's are, added
     straight-through (w + (Q(w) - w) with the difference detached). kind "gaussian": additive noise
     of std sigma x the layer's RMS weight (NVFP4's rounding error is 11% of it on v1), drawn from
@@ -147,16 +192,26 @@ def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, si
     """
     from solbench.quant import fake_quantize
 
+    from solbench.quant import get_recipe
+
     gen = torch.Generator().manual_seed(int(np.random.default_rng([seed, step, 11]).integers(2**62)))
+    if recipe is None:
+        layers, fmt, block, activations = block_linear_layers(model), "nvfp4", (16, 16), False
+    else:
+        recipe = get_recipe(recipe)
+        layers, fmt, block = recipe_linear_layers(model, recipe), recipe.format, recipe.weight_block
+        activations = recipe.activations and not weights_only and kind == "nvfp4"
     overrides = {}
-    for name, module in block_linear_layers(model):
+    for name, module in layers:
         w = module.weight
         if kind == "nvfp4":  # the explore copy's own rounding, straight-through
-            noise = fake_quantize(w.detach(), "nvfp4", (16, 16)) - w.detach()
+            noise = fake_quantize(w.detach(), fmt, block) - w.detach()
         else:
             noise = torch.randn(w.shape, generator=gen) * (sigma * w.detach().pow(2).mean().sqrt())
         overrides[f"{name}.weight"] = w + noise
-    v_noisy = model.velocity(_WithWeights(model.transformer, overrides), x_t, t, tokens, pooled)
+    inputs = quantized_inputs([m for _, m in layers] if activations else [], fmt, recipe.activation_block if activations else None)
+    with inputs:
+        v_noisy = model.velocity(_WithWeights(model.transformer, overrides), x_t, t, tokens, pooled)
     if min_t <= 0 and max_t >= 1:
         return torch.nn.functional.mse_loss(v_noisy, v_clean)
     # Only the samples with min_t <= t <= max_t count (averaged over the whole batch).
@@ -267,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--consistency-sigma", type=float, default=0.11)
     p.add_argument("--consistency-kind", choices=("gaussian", "nvfp4"), default="gaussian",
                    help="the weight perturbation of the consistency loss: Gaussian noise, or NVFP4 rounding (16x16)")
+    p.add_argument("--consistency-recipe", default=None,
+                   help="explore recipe the consistency loss is taken against (e.g. nvfp4_tiny_flux): the layers it "
+                        "quantizes, rounded as it rounds them, weights and (W4A4) activations; default: every block "
+                        "Linear but proj_out, weights only (how v2 was trained)")
+    p.add_argument("--consistency-weights-only", action="store_true",
+                   help="with --consistency-recipe: round the weights only, not the layers' inputs")
     p.add_argument("--consistency-min-t", type=float, default=0.0,
                    help="apply the consistency loss only to samples with t >= this (1 = pure noise); 0 = all")
     p.add_argument("--consistency-max-t", type=float, default=1.0,
@@ -321,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
                 "weight_noise": args.weight_noise, "nvfp4_every": args.nvfp4_every,
                 "noise_consistency": args.noise_consistency, "consistency_sigma": args.consistency_sigma,
                 "consistency_kind": args.consistency_kind, "consistency_min_t": args.consistency_min_t,
-                "consistency_max_t": args.consistency_max_t,
+                "consistency_max_t": args.consistency_max_t, "consistency_recipe": args.consistency_recipe,
+                "consistency_weights_only": args.consistency_weights_only,
                 "init_from": init_meta, "threads": args.threads,
                 "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None,  # with the consistency term
                 "recent_consistency": float(np.mean(consistencies[-args.log_every:])) if consistencies else None}
@@ -348,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.noise_consistency > 0:
                 consistency = perturbation_consistency(model, x_t, t, tokens, pooled, v, args.consistency_sigma,
                                                        args.seed, step, args.consistency_kind, args.consistency_min_t,
-                                                       args.consistency_max_t)
+                                                       args.consistency_max_t, args.consistency_recipe,
+                                                       args.consistency_weights_only)
                 consistencies.append(consistency.item())
                 loss = loss + args.noise_consistency * consistency
             if not torch.isfinite(loss):

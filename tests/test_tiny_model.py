@@ -299,3 +299,32 @@ def test_nvfp4_consistency_is_the_velocity_gap_to_the_rounded_copy_and_trains_th
     grads = [w.grad for w in module.block_linear_weights(model)]
     assert all(gr is not None and gr.abs().sum() > 0 for gr in grads)
     assert model.transformer.proj_out.weight.grad.abs().sum() > 0  # the unquantized layers train too
+
+
+def test_nvfp4_consistency_against_a_recipe_is_the_gap_to_that_recipes_explore_copy():
+    """Catches: a consistency stage against an explore recipe (--consistency-recipe) that rounds other
+    layers than the recipe's explore copy (the FLUX analogue also rounds attention and every proj_out),
+    leaves out the W4A4 input rounding the copy applies, or keeps input hooks after the step.
+    Oracle: the velocity of `quantized_copy(transformer, recipe)`, the explore copy itself."""
+    from solbench.quant import get_recipe, quantized_copy
+
+    module = _pretrain_module()
+    model = load_tiny(pretrained=False)
+    g = torch.Generator().manual_seed(1)
+    x, t = torch.randn(4, 3, 32, 32, generator=g), torch.rand(4, generator=g)
+    tokens, pooled = model.encode(["a red circle", "two blue squares", "", "a green triangle"])
+    v = model.velocity(model.transformer, x, t, tokens, pooled)
+    layers = module.recipe_linear_layers(model, "nvfp4_tiny_flux")
+    assert len(layers) == 41 and "proj_out" in dict(layers) and "transformer_blocks.0.attn.to_q" in dict(layers)
+    for recipe, weights_only in ((get_recipe("nvfp4_tiny_flux"), False), (get_recipe("nvfp4_tiny_flux"), True),
+                                 (get_recipe("nvfp4_tiny"), False)):
+        gap = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", recipe=recipe.name,
+                                              weights_only=weights_only)
+        explore = quantized_copy(model.transformer, recipe.replace(activations=not weights_only))
+        with torch.no_grad():
+            v_explore = model.velocity(explore, x, t, tokens, pooled)
+        assert gap.item() == pytest.approx(torch.nn.functional.mse_loss(v_explore, v).item(), rel=1e-4), (recipe.name, weights_only)
+    assert not any(m._forward_pre_hooks for m in model.transformer.modules())
+    full = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", recipe="nvfp4_tiny_flux")
+    full.backward()
+    assert all(m.weight.grad is not None and m.weight.grad.abs().sum() > 0 for _, m in layers)
