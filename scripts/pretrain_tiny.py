@@ -175,7 +175,7 @@ class _WithWeights(torch.nn.Module):
 
 def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, sigma: float, seed: int, step: int,
                              kind: str = "gaussian", min_t: float = 0.0, max_t: float = 1.0, recipe=None,
-                             weights_only: bool = False):
+                             weights_only: bool = False, anchored: tuple[str, ...] = ()):
     """Mean squared change of the velocity when the weights the explore copy quantizes are perturbed.
 
     The perturbed layers: `block_linear_layers` (recipe None, how v2 was trained), or the layers the
@@ -189,10 +189,16 @@ def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, si
     the network's output agree with its perturbed self. Measured on v2a (stage 2): this does not
     pull the weights onto the FP4 grid (their rounding error stays 11% of the norm), so LoRA updates
     still survive re-quantization. Only samples with min_t <= t <= max_t count (t = 1: pure noise).
-    """
-    from solbench.quant import fake_quantize
 
-    from solbench.quant import get_recipe
+    `anchored`: names (in model.transformer) of perturbed layers whose rounded weight enters the
+    perturbed forward as a constant, with no straight-through path. For a layer whose output is the
+    velocity itself (the final proj_out) the two straight-through paths cancel: the gradient of
+    |Q(W) x' - W x|^2 through Q(W) = W + const is +2 r x'^T, through W -2 r x^T, which leaves only
+    r (x' - x)^T (x' the input in the rounded forward), so almost nothing moves W towards its rounding
+    and the term cannot shrink that layer's share of the gap (on v2 most of the FLUX analogue's).
+    Anchored, only the clean path trains W, towards Q(W) in the directions its inputs take.
+    """
+    from solbench.quant import fake_quantize, get_recipe
 
     gen = torch.Generator().manual_seed(int(np.random.default_rng([seed, step, 11]).integers(2**62)))
     if recipe is None:
@@ -208,7 +214,7 @@ def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, si
             noise = fake_quantize(w.detach(), fmt, block) - w.detach()
         else:
             noise = torch.randn(w.shape, generator=gen) * (sigma * w.detach().pow(2).mean().sqrt())
-        overrides[f"{name}.weight"] = w + noise
+        overrides[f"{name}.weight"] = (w.detach() if name in anchored else w) + noise
     inputs = quantized_inputs([m for _, m in layers] if activations else [], fmt, recipe.activation_block if activations else None)
     with inputs:
         v_noisy = model.velocity(_WithWeights(model.transformer, overrides), x_t, t, tokens, pooled)
@@ -328,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
                         "Linear but proj_out, weights only (how v2 was trained)")
     p.add_argument("--consistency-weights-only", action="store_true",
                    help="with --consistency-recipe: round the weights only, not the layers' inputs")
+    p.add_argument("--consistency-anchor", default="",
+                   help="comma-separated layer names (in the transformer, e.g. proj_out) whose rounded weights enter "
+                        "the consistency term as constants, so it pulls their clean weights towards their rounding "
+                        "(straight-through, the two paths cancel for the output layer)")
     p.add_argument("--consistency-min-t", type=float, default=0.0,
                    help="apply the consistency loss only to samples with t >= this (1 = pure noise); 0 = all")
     p.add_argument("--consistency-max-t", type=float, default=1.0,
@@ -384,11 +394,17 @@ def main(argv: list[str] | None = None) -> int:
                 "consistency_kind": args.consistency_kind, "consistency_min_t": args.consistency_min_t,
                 "consistency_max_t": args.consistency_max_t, "consistency_recipe": args.consistency_recipe,
                 "consistency_weights_only": args.consistency_weights_only,
+                "consistency_anchor": list(anchored),
                 "init_from": init_meta, "threads": args.threads,
                 "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None,  # with the consistency term
                 "recent_consistency": float(np.mean(consistencies[-args.log_every:])) if consistencies else None}
         (out_dir / f"{ASSET_NAME}_train.json").write_text(json.dumps(meta, indent=2) + "\n")
 
+    anchored = tuple(name.strip() for name in args.consistency_anchor.split(",") if name.strip())
+    known = dict(model.transformer.named_modules())
+    for name in anchored:
+        if not isinstance(known.get(name), torch.nn.Linear):
+            p.error(f"--consistency-anchor: {name!r} is no Linear layer of the transformer")
     params, ema_params = list(model.parameters()), list(ema.parameters())
     noisy_weights = block_linear_weights(model) if (args.weight_noise > 0 or args.nvfp4_every > 0) else []
     losses: list[float] = []
@@ -411,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
                 consistency = perturbation_consistency(model, x_t, t, tokens, pooled, v, args.consistency_sigma,
                                                        args.seed, step, args.consistency_kind, args.consistency_min_t,
                                                        args.consistency_max_t, args.consistency_recipe,
-                                                       args.consistency_weights_only)
+                                                       args.consistency_weights_only, anchored)
                 consistencies.append(consistency.item())
                 loss = loss + args.noise_consistency * consistency
             if not torch.isfinite(loss):

@@ -328,3 +328,40 @@ def test_nvfp4_consistency_against_a_recipe_is_the_gap_to_that_recipes_explore_c
     full = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", recipe="nvfp4_tiny_flux")
     full.backward()
     assert all(m.weight.grad is not None and m.weight.grad.abs().sum() > 0 for _, m in layers)
+
+
+def test_anchored_output_layer_is_pulled_towards_its_rounding_where_straight_through_cancels():
+    """Catches: --consistency-anchor not reaching the output layer, or the straight-through term being
+    relied on to shrink the final proj_out's rounding gap. For the layer whose output is the velocity,
+    the two straight-through paths cancel (with proj_out the only rounded layer, weights only, its
+    input is the same in both forwards and its weight's gradient is zero up to float error); anchored,
+    its gradient is the clean path's alone and a small step along it shrinks the gap."""
+    from solbench.quant import fake_quantize, get_recipe
+
+    only_out = get_recipe("nvfp4_tiny_flux").replace(
+        name="out_only", skip=get_recipe("nvfp4_tiny_flux").skip + ("transformer_blocks", "single_transformer_blocks"))
+    module = _pretrain_module()
+    assert [n for n, _ in module.recipe_linear_layers(load_tiny(pretrained=False), only_out)] == ["proj_out"]
+    model = load_tiny(pretrained=False)
+    g = torch.Generator().manual_seed(2)
+    x, t = torch.randn(4, 3, 32, 32, generator=g), torch.rand(4, generator=g)
+    w = model.transformer.proj_out.weight
+
+    def gap(anchored=()):
+        tokens, pooled = model.encode(["a red circle", "two blue squares", "", "a green triangle"])
+        v = model.velocity(model.transformer, x, t, tokens, pooled)
+        return module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", recipe=only_out,
+                                               weights_only=True, anchored=anchored)
+
+    gap().backward()
+    assert w.grad.abs().max().item() < 1e-9 and model.transformer.norm_out.linear.weight.grad.abs().max() > 0
+    model.zero_grad()
+    before = gap(("proj_out",))
+    before.backward()
+    grad = w.grad.clone()
+    assert grad.abs().max() > 0
+    rounded = fake_quantize(w.detach(), "nvfp4", (16, 16))
+    assert torch.sum(grad * (w.detach() - rounded)) > 0  # descent moves the weight towards its rounding
+    with torch.no_grad():
+        w.sub_(1e-3 * grad / grad.abs().max())
+    assert gap(("proj_out",)).item() < before.item()
