@@ -175,7 +175,7 @@ class _WithWeights(torch.nn.Module):
 
 def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, sigma: float, seed: int, step: int,
                              kind: str = "gaussian", min_t: float = 0.0, max_t: float = 1.0, recipe=None,
-                             weights_only: bool = False, anchored: tuple[str, ...] = ()):
+                             weights_only: bool = False, anchored: tuple[str, ...] = (), excluded: tuple[str, ...] = ()):
     """Mean squared change of the velocity when the weights the explore copy quantizes are perturbed.
 
     The perturbed layers: `block_linear_layers` (recipe None, how v2 was trained), or the layers the
@@ -197,6 +197,10 @@ def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, si
     r (x' - x)^T (x' the input in the rounded forward), so almost nothing moves W towards its rounding
     and the term cannot shrink that layer's share of the gap (on v2 most of the FLUX analogue's).
     Anchored, only the clean path trains W, towards Q(W) in the directions its inputs take.
+    `excluded`: names of layers the term leaves in full precision although the recipe quantizes them:
+    the final proj_out's rounding puts a velocity error into the term that training hardly removes
+    (straight-through cancels on its weights, and nothing can remove its input rounding), and chasing
+    it costs the model its samples (docs/embedded-world.md).
     """
     from solbench.quant import fake_quantize, get_recipe
 
@@ -205,7 +209,8 @@ def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, si
         layers, fmt, block, activations = block_linear_layers(model), "nvfp4", (16, 16), False
     else:
         recipe = get_recipe(recipe)
-        layers, fmt, block = recipe_linear_layers(model, recipe), recipe.format, recipe.weight_block
+        layers = [(name, m) for name, m in recipe_linear_layers(model, recipe) if name not in excluded]
+        fmt, block = recipe.format, recipe.weight_block
         activations = recipe.activations and not weights_only and kind == "nvfp4"
     overrides = {}
     for name, module in layers:
@@ -338,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated layer names (in the transformer, e.g. proj_out) whose rounded weights enter "
                         "the consistency term as constants, so it pulls their clean weights towards their rounding "
                         "(straight-through, the two paths cancel for the output layer)")
+    p.add_argument("--consistency-exclude", default="",
+                   help="with --consistency-recipe: comma-separated layer names the consistency term leaves in full "
+                        "precision although the recipe quantizes them, e.g. proj_out")
     p.add_argument("--consistency-min-t", type=float, default=0.0,
                    help="apply the consistency loss only to samples with t >= this (1 = pure noise); 0 = all")
     p.add_argument("--consistency-max-t", type=float, default=1.0,
@@ -394,17 +402,21 @@ def main(argv: list[str] | None = None) -> int:
                 "consistency_kind": args.consistency_kind, "consistency_min_t": args.consistency_min_t,
                 "consistency_max_t": args.consistency_max_t, "consistency_recipe": args.consistency_recipe,
                 "consistency_weights_only": args.consistency_weights_only,
-                "consistency_anchor": list(anchored),
+                "consistency_anchor": list(anchored), "consistency_exclude": list(excluded),
                 "init_from": init_meta, "threads": args.threads,
                 "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None,  # with the consistency term
                 "recent_consistency": float(np.mean(consistencies[-args.log_every:])) if consistencies else None}
         (out_dir / f"{ASSET_NAME}_train.json").write_text(json.dumps(meta, indent=2) + "\n")
 
-    anchored = tuple(name.strip() for name in args.consistency_anchor.split(",") if name.strip())
     known = dict(model.transformer.named_modules())
-    for name in anchored:
-        if not isinstance(known.get(name), torch.nn.Linear):
-            p.error(f"--consistency-anchor: {name!r} is no Linear layer of the transformer")
+    layer_lists = {}
+    for option in ("anchor", "exclude"):
+        names = tuple(n.strip() for n in getattr(args, f"consistency_{option}").split(",") if n.strip())
+        for name in names:
+            if not isinstance(known.get(name), torch.nn.Linear):
+                p.error(f"--consistency-{option.replace('_', '-')}: {name!r} is no Linear layer of the transformer")
+        layer_lists[option] = names
+    anchored, excluded = layer_lists["anchor"], layer_lists["exclude"]
     params, ema_params = list(model.parameters()), list(ema.parameters())
     noisy_weights = block_linear_weights(model) if (args.weight_noise > 0 or args.nvfp4_every > 0) else []
     losses: list[float] = []
@@ -427,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
                 consistency = perturbation_consistency(model, x_t, t, tokens, pooled, v, args.consistency_sigma,
                                                        args.seed, step, args.consistency_kind, args.consistency_min_t,
                                                        args.consistency_max_t, args.consistency_recipe,
-                                                       args.consistency_weights_only, anchored)
+                                                       args.consistency_weights_only, anchored, excluded)
                 consistencies.append(consistency.item())
                 loss = loss + args.noise_consistency * consistency
             if not torch.isfinite(loss):

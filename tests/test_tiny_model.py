@@ -324,6 +324,14 @@ def test_nvfp4_consistency_against_a_recipe_is_the_gap_to_that_recipes_explore_c
         with torch.no_grad():
             v_explore = model.velocity(explore, x, t, tokens, pooled)
         assert gap.item() == pytest.approx(torch.nn.functional.mse_loss(v_explore, v).item(), rel=1e-4), (recipe.name, weights_only)
+    # --consistency-exclude proj_out: the term keeps that layer in full precision, every other one W4A4
+    gap = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", recipe="nvfp4_tiny_flux",
+                                          excluded=("proj_out",))
+    flux = get_recipe("nvfp4_tiny_flux")
+    explore = quantized_copy(model.transformer, flux.replace(skip=flux.skip + ("proj_out",)))
+    with torch.no_grad():
+        v_explore = model.velocity(explore, x, t, tokens, pooled)
+    assert gap.item() == pytest.approx(torch.nn.functional.mse_loss(v_explore, v).item(), rel=1e-4)
     assert not any(m._forward_pre_hooks for m in model.transformer.modules())
     full = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", recipe="nvfp4_tiny_flux")
     full.backward()
