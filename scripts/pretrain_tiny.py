@@ -25,6 +25,11 @@ The later stages add an NVFP4 consistency loss (--noise-consistency with --consi
 the velocity of the network with its block weights NVFP4-rounded, straight-through, is pulled
 towards the full-precision velocity), so that the explore copy ranks seeds nearly as full
 precision does, as on the paper's large models; docs/embedded-world.md has what it gains and costs.
+--consistency-recipe R takes the term against explore recipe R's own copy instead (its layers, its
+weight blocks and, for a W4A4 recipe, its input rounding), with --consistency-exclude and
+--consistency-anchor to change how single layers enter it; against nvfp4_tiny_flux (FLUX's coverage)
+the measured stages bought rank fidelity at a cost in samples that v2 could not pay (the doc's
+"At FLUX's coverage").
 
 Checkpoints (model, EMA, optimizer, step) go to build/pretrain_tiny/ every --checkpoint-every steps,
 and each checkpoint also exports the EMA weights to solbench/assets/, so a partial run is usable.
@@ -414,9 +419,18 @@ def main(argv: list[str] | None = None) -> int:
         names = tuple(n.strip() for n in getattr(args, f"consistency_{option}").split(",") if n.strip())
         for name in names:
             if not isinstance(known.get(name), torch.nn.Linear):
-                p.error(f"--consistency-{option.replace('_', '-')}: {name!r} is no Linear layer of the transformer")
+                p.error(f"--consistency-{option}: {name!r} is no Linear layer of the transformer")
         layer_lists[option] = names
     anchored, excluded = layer_lists["anchor"], layer_lists["exclude"]
+    if args.consistency_recipe is None and (excluded or args.consistency_weights_only):
+        p.error("--consistency-exclude and --consistency-weights-only need --consistency-recipe")
+    if args.consistency_recipe is not None:
+        from solbench.quant import UnknownRecipeError, get_recipe
+
+        try:
+            get_recipe(args.consistency_recipe)
+        except UnknownRecipeError as err:
+            p.error(f"--consistency-recipe: {err}")
     params, ema_params = list(model.parameters()), list(ema.parameters())
     noisy_weights = block_linear_weights(model) if (args.weight_noise > 0 or args.nvfp4_every > 0) else []
     losses: list[float] = []
