@@ -125,8 +125,10 @@ def _run(module, folder, *extra):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage", [(), ("--noise-consistency", "5", "--consistency-kind", "nvfp4", "--shift", "3")],
-                         ids=["plain", "nvfp4-consistency"])
+@pytest.mark.parametrize("stage", [(), ("--noise-consistency", "5", "--consistency-kind", "nvfp4", "--shift", "3"),
+                                   ("--noise-consistency", "5", "--consistency-kind", "nvfp4", "--consistency-recipe",
+                                    "nvfp4_tiny_flux", "--consistency-anchor", "proj_out")],
+                         ids=["plain", "nvfp4-consistency", "w4a4-consistency-against-a-recipe"])
 def test_pretraining_is_deterministic_and_resumes_exactly(tmp_path, stage):
     # Bugs caught: data, noise or rounding that are not a function of (seed, step), so that a
     # resumed run (or the README's reproduce command) gives other weights than a straight one.
@@ -143,7 +145,10 @@ def test_pretraining_is_deterministic_and_resumes_exactly(tmp_path, stage):
     assert meta["step"] == 4
     if stage:
         assert meta["noise_consistency"] == 5 and meta["consistency_kind"] == "nvfp4" and meta["recent_consistency"] > 0
+    if "--shift" in stage:
         assert json.loads((tmp_path / "b" / "tiny_t2i.json").read_text())["shift"] == 3.0
+    if "--consistency-recipe" in stage:
+        assert meta["consistency_recipe"] == "nvfp4_tiny_flux" and meta["consistency_anchor"] == ["proj_out"]
 
 
 def test_learning_rate_schedule_shape():
