@@ -25,6 +25,11 @@ The later stages add an NVFP4 consistency loss (--noise-consistency with --consi
 the velocity of the network with its block weights NVFP4-rounded, straight-through, is pulled
 towards the full-precision velocity), so that the explore copy ranks seeds nearly as full
 precision does, as on the paper's large models; docs/embedded-world.md has what it gains and costs.
+--consistency-recipe R takes the term against explore recipe R's own copy instead (its layers, its
+weight blocks and, for a W4A4 recipe, its input rounding), with --consistency-exclude and
+--consistency-anchor to change how single layers enter it; against nvfp4_tiny_flux (FLUX's coverage)
+the measured stages bought rank fidelity at a cost in samples that v2 could not pay (the doc's
+"At FLUX's coverage").
 
 Checkpoints (model, EMA, optimizer, step) go to build/pretrain_tiny/ every --checkpoint-every steps,
 and each checkpoint also exports the EMA weights to solbench/assets/, so a partial run is usable.
@@ -74,6 +79,46 @@ def block_linear_layers(model: TinyT2I) -> list[tuple[str, torch.nn.Linear]]:
     """
     return [(name, module) for name, module in model.transformer.named_modules()
             if isinstance(module, torch.nn.Linear) and "transformer_blocks." in name and not name.endswith("proj_out")]
+
+
+def recipe_linear_layers(model: TinyT2I, recipe) -> list[tuple[str, torch.nn.Linear]]:
+    """(name in model.transformer, layer) of the Linear layers the explore recipe `recipe` (a name or
+    QuantRecipe) quantizes: the layers a consistency stage against that recipe rounds."""
+    from solbench.quant import get_recipe
+
+    recipe = get_recipe(recipe)
+    return [(name, module) for name, module in model.transformer.named_modules()
+            if isinstance(module, torch.nn.Linear) and recipe.skip_reason(name, module) is None]
+
+
+class quantized_inputs:
+    """Context manager: the listed layers see their input fake-quantized (`fmt`, `block`), straight-through.
+
+    Forward pre-hooks, registered on entry and removed on exit, replace a layer's input x by
+    x + (Q(x) - x).detach(): the forward computes what the explore copy's W4A4 layer computes, the
+    gradient passes as if no rounding happened (activations are not parameters; what is trained is
+    the weights that produce and consume them).
+    """
+
+    def __init__(self, modules: list[torch.nn.Module], fmt: str, block):
+        self.modules, self.fmt, self.block = modules, fmt, block
+        self.handles: list = []
+
+    def _hook(self, module, args):
+        from solbench.quant import fake_quantize
+
+        x = args[0]
+        return (x + (fake_quantize(x.detach(), self.fmt, self.block) - x.detach()),) + tuple(args[1:])
+
+    def __enter__(self):
+        self.handles = [m.register_forward_pre_hook(self._hook) for m in self.modules]
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        return False
 
 
 def block_linear_weights(model: TinyT2I) -> list[torch.Tensor]:
@@ -134,9 +179,14 @@ class _WithWeights(torch.nn.Module):
 
 
 def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, sigma: float, seed: int, step: int,
-                             kind: str = "gaussian", min_t: float = 0.0, max_t: float = 1.0):
+                             kind: str = "gaussian", min_t: float = 0.0, max_t: float = 1.0, recipe=None,
+                             weights_only: bool = False, anchored: tuple[str, ...] = (), excluded: tuple[str, ...] = ()):
     """Mean squared change of the velocity when the weights the explore copy quantizes are perturbed.
 
+    The perturbed layers: `block_linear_layers` (recipe None, how v2 was trained), or the layers the
+    explore recipe `recipe` quantizes, rounded in its format and weight block; with a recipe whose
+    activations are quantized (W4A4) and not `weights_only`, their inputs are rounded too
+    (`quantized_inputs`), so the perturbed forward is the explore copy's own.
     kind "nvfp4": each such weight NVFP4-rounded in 16x16 tiles, as the explore copy's are, added
     straight-through (w + (Q(w) - w) with the difference detached). kind "gaussian": additive noise
     of std sigma x the layer's RMS weight (NVFP4's rounding error is 11% of it on v1), drawn from
@@ -144,19 +194,40 @@ def perturbation_consistency(model: TinyT2I, x_t, t, tokens, pooled, v_clean, si
     the network's output agree with its perturbed self. Measured on v2a (stage 2): this does not
     pull the weights onto the FP4 grid (their rounding error stays 11% of the norm), so LoRA updates
     still survive re-quantization. Only samples with min_t <= t <= max_t count (t = 1: pure noise).
+
+    `anchored`: names (in model.transformer) of perturbed layers whose rounded weight enters the
+    perturbed forward as a constant, with no straight-through path. For a layer whose output is the
+    velocity itself (the final proj_out) the two straight-through paths cancel: the gradient of
+    |Q(W) x' - W x|^2 through Q(W) = W + const is +2 r x'^T, through W -2 r x^T, which leaves only
+    r (x' - x)^T (x' the input in the rounded forward), so almost nothing moves W towards its rounding
+    and the term cannot shrink that layer's share of the gap (on v2 most of the FLUX analogue's).
+    Anchored, only the clean path trains W, towards Q(W) in the directions its inputs take.
+    `excluded`: names of layers the term leaves in full precision although the recipe quantizes them:
+    the final proj_out's rounding puts a velocity error into the term that training hardly removes
+    (straight-through cancels on its weights, and nothing can remove its input rounding), and chasing
+    it costs the model its samples (docs/embedded-world.md).
     """
-    from solbench.quant import fake_quantize
+    from solbench.quant import fake_quantize, get_recipe
 
     gen = torch.Generator().manual_seed(int(np.random.default_rng([seed, step, 11]).integers(2**62)))
+    if recipe is None:
+        layers, fmt, block, activations = block_linear_layers(model), "nvfp4", (16, 16), False
+    else:
+        recipe = get_recipe(recipe)
+        layers = [(name, m) for name, m in recipe_linear_layers(model, recipe) if name not in excluded]
+        fmt, block = recipe.format, recipe.weight_block
+        activations = recipe.activations and not weights_only and kind == "nvfp4"
     overrides = {}
-    for name, module in block_linear_layers(model):
+    for name, module in layers:
         w = module.weight
         if kind == "nvfp4":  # the explore copy's own rounding, straight-through
-            noise = fake_quantize(w.detach(), "nvfp4", (16, 16)) - w.detach()
+            noise = fake_quantize(w.detach(), fmt, block) - w.detach()
         else:
             noise = torch.randn(w.shape, generator=gen) * (sigma * w.detach().pow(2).mean().sqrt())
-        overrides[f"{name}.weight"] = w + noise
-    v_noisy = model.velocity(_WithWeights(model.transformer, overrides), x_t, t, tokens, pooled)
+        overrides[f"{name}.weight"] = (w.detach() if name in anchored else w) + noise
+    inputs = quantized_inputs([m for _, m in layers] if activations else [], fmt, recipe.activation_block if activations else None)
+    with inputs:
+        v_noisy = model.velocity(_WithWeights(model.transformer, overrides), x_t, t, tokens, pooled)
     if min_t <= 0 and max_t >= 1:
         return torch.nn.functional.mse_loss(v_noisy, v_clean)
     # Only the samples with min_t <= t <= max_t count (averaged over the whole batch).
@@ -267,6 +338,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--consistency-sigma", type=float, default=0.11)
     p.add_argument("--consistency-kind", choices=("gaussian", "nvfp4"), default="gaussian",
                    help="the weight perturbation of the consistency loss: Gaussian noise, or NVFP4 rounding (16x16)")
+    p.add_argument("--consistency-recipe", default=None,
+                   help="explore recipe the consistency loss is taken against (e.g. nvfp4_tiny_flux): the layers it "
+                        "quantizes, rounded as it rounds them, weights and (W4A4) activations; default: every block "
+                        "Linear but proj_out, weights only (how v2 was trained)")
+    p.add_argument("--consistency-weights-only", action="store_true",
+                   help="with --consistency-recipe: round the weights only, not the layers' inputs")
+    p.add_argument("--consistency-anchor", default="",
+                   help="comma-separated layer names (in the transformer, e.g. proj_out) whose rounded weights enter "
+                        "the consistency term as constants, so it pulls their clean weights towards their rounding "
+                        "(straight-through, the two paths cancel for the output layer)")
+    p.add_argument("--consistency-exclude", default="",
+                   help="with --consistency-recipe: comma-separated layer names the consistency term leaves in full "
+                        "precision although the recipe quantizes them, e.g. proj_out")
     p.add_argument("--consistency-min-t", type=float, default=0.0,
                    help="apply the consistency loss only to samples with t >= this (1 = pure noise); 0 = all")
     p.add_argument("--consistency-max-t", type=float, default=1.0,
@@ -321,12 +405,32 @@ def main(argv: list[str] | None = None) -> int:
                 "weight_noise": args.weight_noise, "nvfp4_every": args.nvfp4_every,
                 "noise_consistency": args.noise_consistency, "consistency_sigma": args.consistency_sigma,
                 "consistency_kind": args.consistency_kind, "consistency_min_t": args.consistency_min_t,
-                "consistency_max_t": args.consistency_max_t,
+                "consistency_max_t": args.consistency_max_t, "consistency_recipe": args.consistency_recipe,
+                "consistency_weights_only": args.consistency_weights_only,
+                "consistency_anchor": list(anchored), "consistency_exclude": list(excluded),
                 "init_from": init_meta, "threads": args.threads,
                 "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None,  # with the consistency term
                 "recent_consistency": float(np.mean(consistencies[-args.log_every:])) if consistencies else None}
         (out_dir / f"{ASSET_NAME}_train.json").write_text(json.dumps(meta, indent=2) + "\n")
 
+    known = dict(model.transformer.named_modules())
+    layer_lists = {}
+    for option in ("anchor", "exclude"):
+        names = tuple(n.strip() for n in getattr(args, f"consistency_{option}").split(",") if n.strip())
+        for name in names:
+            if not isinstance(known.get(name), torch.nn.Linear):
+                p.error(f"--consistency-{option}: {name!r} is no Linear layer of the transformer")
+        layer_lists[option] = names
+    anchored, excluded = layer_lists["anchor"], layer_lists["exclude"]
+    if args.consistency_recipe is None and (excluded or args.consistency_weights_only):
+        p.error("--consistency-exclude and --consistency-weights-only need --consistency-recipe")
+    if args.consistency_recipe is not None:
+        from solbench.quant import UnknownRecipeError, get_recipe
+
+        try:
+            get_recipe(args.consistency_recipe)
+        except UnknownRecipeError as err:
+            p.error(f"--consistency-recipe: {err}")
     params, ema_params = list(model.parameters()), list(ema.parameters())
     noisy_weights = block_linear_weights(model) if (args.weight_noise > 0 or args.nvfp4_every > 0) else []
     losses: list[float] = []
@@ -348,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.noise_consistency > 0:
                 consistency = perturbation_consistency(model, x_t, t, tokens, pooled, v, args.consistency_sigma,
                                                        args.seed, step, args.consistency_kind, args.consistency_min_t,
-                                                       args.consistency_max_t)
+                                                       args.consistency_max_t, args.consistency_recipe,
+                                                       args.consistency_weights_only, anchored, excluded)
                 consistencies.append(consistency.item())
                 loss = loss + args.noise_consistency * consistency
             if not torch.isfinite(loss):

@@ -251,6 +251,29 @@ def build_engine(spec: dict, checkpoint: Checkpoint | None = None):
                   explore_recipe=recipe)
 
 
+def record_mac_share(spec: dict, engine, store) -> dict:
+    """The spec with ``quant.mac_share`` added, also written to the run's spec.json: the share of the
+    transformer's Linear multiply-accumulates the explore copy runs in low precision (one forward at
+    batch 1, ``solbench.quant.low_precision_mac_share``; 0 for recipe none), and ``quant.quantized_linears``
+    of ``quant.linears``. Measured from the built copy, so it is not part of what the run id hashes."""
+    from solbench.quant import low_precision_mac_share
+    from solbench.world.prompts import load_prompt_set
+
+    quant = dict(spec["quant"])
+    if quant["recipe"] == NO_QUANT:
+        quant.update(mac_share=0.0, quantized_linears=0, linears=None)
+    else:
+        adapter, explore = engine.adapter, engine.nets["explore"]
+        prompt = load_prompt_set(spec["prompts"]["set"])[0].text
+        x = torch.zeros(1, *adapter.latent_shape, device=engine.device)
+        t = torch.full((1,), 0.5, device=engine.device)
+        share = low_precision_mac_share(explore, lambda: adapter.velocity(explore, x, t, adapter.encode([prompt])))
+        quant.update(mac_share=round(share.share, 6), quantized_linears=share.quantized_layers, linears=share.layers)
+    spec = {**spec, "quant": quant}
+    store.write_json("spec.json", spec)
+    return spec
+
+
 def checkpoint_role(spec: dict) -> str:
     return (spec.get("checkpoint") or {}).get("role", "policy")
 
@@ -288,7 +311,7 @@ def run(settings: FidelitySettings, results_root: str | Path = "results", *, for
     store = RunStore(Path(results_root) / spec["experiment"] / rid, rid)
     if store.read_status().get("state") == "done" and not force:
         echo(f"fidelity run {rid} is done already (results in {store.run_dir}; --force reruns it)")
-        return spec, store.run_dir
+        return store.read_json("spec.json") or spec, store.run_dir
     store.clear()
     store.write_json("spec.json", spec)
     started = time.time()
@@ -299,6 +322,7 @@ def run(settings: FidelitySettings, results_root: str | Path = "results", *, for
         with cpu_allocation(device="cuda" if torch.cuda.is_available() else "cpu") as cpus:
             store.write_json("env.json", capture_env(cpus=cpus))
             engine = build_engine(spec, checkpoint)
+            spec = record_mac_share(spec, engine, store)
             frame = sample(spec, engine, batch_seeds=settings.batch_seeds)
         store.append("candidates", frame.drop(columns=["run_id"]).to_dict("records"))
         timings = [row.row() for row in engine.timer.drain()]

@@ -53,6 +53,9 @@ def test_runs_table_describes_a_done_fidelity_run(fidelity_run):
     assert run["p_kind"] == "fidelity" and run["p_seeds"] == N and run["p_prompts.n_prompts"] == M
     assert run["p_sampling.steps"] == 4 and run["p_sampling.explore_steps"] == 2
     assert run["p_quant.recipe"] == "nvfp4_tiny" and pd.isna(run.get("p_checkpoint"))
+    # the share of linear MACs the explore copy ran in NVFP4, measured on the built copy (reports show it)
+    assert run["p_quant.mac_share"] == pytest.approx(0.495949, abs=1e-6)
+    assert (run["p_quant.quantized_linears"], run["p_quant.linears"]) == (16, 48)
     # its threads came from solbench.threads like a training run's (two threads beside a busy core
     # made the fidelity block of the loaded main job crawl)
     import json
@@ -94,7 +97,10 @@ def test_rerunning_reuses_a_done_run(fidelity_run, capsys):
     root, args = fidelity_run
     before = (root / "results" / "fid" / "candidates.parquet").read_bytes()
     assert main(args) == 0
-    assert "done already" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "done already" in out
+    # the reused run still says how much of the copy ran in low precision (read back from its spec.json)
+    assert "tiny nvfp4_tiny (16 of 48 Linears, 49.6% of linear MACs in low precision) euler" in out
     assert (root / "results" / "fid" / "candidates.parquet").read_bytes() == before
 
 

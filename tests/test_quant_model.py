@@ -430,3 +430,52 @@ def test_layer_error_report_on_a_lora_policy_and_selected_layers(inputs):
     assert report[0].isolated["rel_mse"] < ISOLATED_LAYER_BOUND
     with pytest.raises(KeyError, match="not quantized layers"):
         layer_error_report(policy, copy_, inputs, layers=["x_embedder"])
+
+
+def test_tiny_flux_recipe_quantizes_every_block_linear_and_its_mac_share_counts_rows():
+    """nvfp4_tiny_flux, FLUX.1's rule scaled to the tiny model: only the embedders and norm_out (by name)
+    stay in fp32, and `low_precision_mac_share` weighs each Linear by the rows it processes.
+
+    Catches a FLUX analogue that keeps more than FLUX's recipe keeps (attention or proj_out in fp32, as
+    the SANA analogue does), a size threshold that bites at this width, and a MAC share counted per
+    layer or per weight instead of per processed row (image tokens, text tokens, one pooled vector).
+    Oracle: the MACs of each layer counted by hand from the model's shapes (64 image tokens, 10 text
+    tokens, 74 joint tokens in the single blocks, one row for the time/pooled embedding and modulation).
+    """
+    from solbench.models.tiny import load_tiny
+    from solbench.quant import low_precision_mac_share
+
+    model = load_tiny(pretrained=False)
+    copy_ = quantized_copy(model.transformer, "nvfp4_tiny_flux")
+    rows = {row.name: row for row in quantization_summary(copy_)}
+    skipped = sorted(name for name, row in rows.items() if not row.quantized)
+    assert skipped == sorted(["x_embedder", "context_embedder", "norm_out.linear"]
+                             + [f"time_text_embed.{e}.linear_{i}" for e in ("timestep_embedder", "text_embedder")
+                                for i in (1, 2)])
+    assert all(rows[n].reason.startswith("matches skip pattern") for n in skipped)
+    assert sum(row.quantized for row in rows.values()) == 41  # FLUX.1: 495 of 504
+
+    def rows_seen(name: str) -> int:
+        if name.startswith("time_text_embed") or name.endswith(("norm1.linear", "norm1_context.linear", "norm.linear")) \
+                or name == "norm_out.linear":
+            return 1
+        if name == "context_embedder" or any(k in name for k in ("add_", "to_add_out", "ff_context")):
+            return 10
+        if name.startswith("single_transformer_blocks"):
+            return 74
+        return 64
+
+    macs = {name: rows_seen(name) * row.in_features * row.out_features for name, row in rows.items()}
+    tokens, pooled = model.encode(["a red circle"])
+    x, t = torch.zeros(1, 3, 32, 32), torch.tensor([0.5])
+    measured = low_precision_mac_share(copy_, lambda: model.velocity(copy_, x, t, tokens, pooled))
+    assert measured.total_macs == sum(macs.values())
+    assert measured.quantized_macs == sum(m for name, m in macs.items() if rows[name].quantized)
+    assert (measured.quantized_layers, measured.layers) == (41, 48)
+    assert measured.share == pytest.approx(0.990251, abs=1e-6) and measured.share >= 0.95
+    sana_copy = quantized_copy(model.transformer, "nvfp4_tiny")
+    sana = low_precision_mac_share(sana_copy, lambda: model.velocity(sana_copy, x, t, tokens, pooled))
+    assert sana.share == pytest.approx(0.495949, abs=1e-6) and (sana.quantized_layers, sana.layers) == (16, 48)
+    # only the given copy's forward counts, and its hooks are gone afterwards
+    assert low_precision_mac_share(sana_copy, lambda: model.velocity(copy_, x, t, tokens, pooled)).total_macs == 0
+    assert not any(m._forward_pre_hooks for m in sana_copy.modules())

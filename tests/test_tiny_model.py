@@ -125,8 +125,10 @@ def _run(module, folder, *extra):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage", [(), ("--noise-consistency", "5", "--consistency-kind", "nvfp4", "--shift", "3")],
-                         ids=["plain", "nvfp4-consistency"])
+@pytest.mark.parametrize("stage", [(), ("--noise-consistency", "5", "--consistency-kind", "nvfp4", "--shift", "3"),
+                                   ("--noise-consistency", "5", "--consistency-kind", "nvfp4", "--consistency-recipe",
+                                    "nvfp4_tiny_flux", "--consistency-anchor", "proj_out")],
+                         ids=["plain", "nvfp4-consistency", "w4a4-consistency-against-a-recipe"])
 def test_pretraining_is_deterministic_and_resumes_exactly(tmp_path, stage):
     # Bugs caught: data, noise or rounding that are not a function of (seed, step), so that a
     # resumed run (or the README's reproduce command) gives other weights than a straight one.
@@ -143,7 +145,10 @@ def test_pretraining_is_deterministic_and_resumes_exactly(tmp_path, stage):
     assert meta["step"] == 4
     if stage:
         assert meta["noise_consistency"] == 5 and meta["consistency_kind"] == "nvfp4" and meta["recent_consistency"] > 0
+    if "--shift" in stage:
         assert json.loads((tmp_path / "b" / "tiny_t2i.json").read_text())["shift"] == 3.0
+    if "--consistency-recipe" in stage:
+        assert meta["consistency_recipe"] == "nvfp4_tiny_flux" and meta["consistency_anchor"] == ["proj_out"]
 
 
 def test_learning_rate_schedule_shape():
@@ -299,3 +304,77 @@ def test_nvfp4_consistency_is_the_velocity_gap_to_the_rounded_copy_and_trains_th
     grads = [w.grad for w in module.block_linear_weights(model)]
     assert all(gr is not None and gr.abs().sum() > 0 for gr in grads)
     assert model.transformer.proj_out.weight.grad.abs().sum() > 0  # the unquantized layers train too
+
+
+def test_nvfp4_consistency_against_a_recipe_is_the_gap_to_that_recipes_explore_copy():
+    """Catches: a consistency stage against an explore recipe (--consistency-recipe) that rounds other
+    layers than the recipe's explore copy (the FLUX analogue also rounds attention and every proj_out),
+    leaves out the W4A4 input rounding the copy applies, or keeps input hooks after the step.
+    Oracle: the velocity of `quantized_copy(transformer, recipe)`, the explore copy itself."""
+    from solbench.quant import get_recipe, quantized_copy
+
+    module = _pretrain_module()
+    model = load_tiny(pretrained=False)
+    g = torch.Generator().manual_seed(1)
+    x, t = torch.randn(4, 3, 32, 32, generator=g), torch.rand(4, generator=g)
+    tokens, pooled = model.encode(["a red circle", "two blue squares", "", "a green triangle"])
+    v = model.velocity(model.transformer, x, t, tokens, pooled)
+    layers = module.recipe_linear_layers(model, "nvfp4_tiny_flux")
+    assert len(layers) == 41 and "proj_out" in dict(layers) and "transformer_blocks.0.attn.to_q" in dict(layers)
+    for recipe, weights_only in ((get_recipe("nvfp4_tiny_flux"), False), (get_recipe("nvfp4_tiny_flux"), True),
+                                 (get_recipe("nvfp4_tiny"), False)):
+        gap = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", recipe=recipe.name,
+                                              weights_only=weights_only)
+        explore = quantized_copy(model.transformer, recipe.replace(activations=not weights_only))
+        with torch.no_grad():
+            v_explore = model.velocity(explore, x, t, tokens, pooled)
+        assert gap.item() == pytest.approx(torch.nn.functional.mse_loss(v_explore, v).item(), rel=1e-4), (recipe.name, weights_only)
+    # --consistency-exclude proj_out: the term keeps that layer in full precision, every other one W4A4
+    gap = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", recipe="nvfp4_tiny_flux",
+                                          excluded=("proj_out",))
+    flux = get_recipe("nvfp4_tiny_flux")
+    explore = quantized_copy(model.transformer, flux.replace(skip=flux.skip + ("proj_out",)))
+    with torch.no_grad():
+        v_explore = model.velocity(explore, x, t, tokens, pooled)
+    assert gap.item() == pytest.approx(torch.nn.functional.mse_loss(v_explore, v).item(), rel=1e-4)
+    assert not any(m._forward_pre_hooks for m in model.transformer.modules())
+    full = module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", recipe="nvfp4_tiny_flux")
+    full.backward()
+    assert all(m.weight.grad is not None and m.weight.grad.abs().sum() > 0 for _, m in layers)
+
+
+def test_anchored_output_layer_is_pulled_towards_its_rounding_where_straight_through_cancels():
+    """Catches: --consistency-anchor not reaching the output layer, or the straight-through term being
+    relied on to shrink the final proj_out's rounding gap. For the layer whose output is the velocity,
+    the two straight-through paths cancel (with proj_out the only rounded layer, weights only, its
+    input is the same in both forwards and its weight's gradient is zero up to float error); anchored,
+    its gradient is the clean path's alone and a small step along it shrinks the gap."""
+    from solbench.quant import fake_quantize, get_recipe
+
+    only_out = get_recipe("nvfp4_tiny_flux").replace(
+        name="out_only", skip=get_recipe("nvfp4_tiny_flux").skip + ("transformer_blocks", "single_transformer_blocks"))
+    module = _pretrain_module()
+    assert [n for n, _ in module.recipe_linear_layers(load_tiny(pretrained=False), only_out)] == ["proj_out"]
+    model = load_tiny(pretrained=False)
+    g = torch.Generator().manual_seed(2)
+    x, t = torch.randn(4, 3, 32, 32, generator=g), torch.rand(4, generator=g)
+    w = model.transformer.proj_out.weight
+
+    def gap(anchored=()):
+        tokens, pooled = model.encode(["a red circle", "two blue squares", "", "a green triangle"])
+        v = model.velocity(model.transformer, x, t, tokens, pooled)
+        return module.perturbation_consistency(model, x, t, tokens, pooled, v, 0.11, 0, 0, "nvfp4", recipe=only_out,
+                                               weights_only=True, anchored=anchored)
+
+    gap().backward()
+    assert w.grad.abs().max().item() < 1e-9 and model.transformer.norm_out.linear.weight.grad.abs().max() > 0
+    model.zero_grad()
+    before = gap(("proj_out",))
+    before.backward()
+    grad = w.grad.clone()
+    assert grad.abs().max() > 0
+    rounded = fake_quantize(w.detach(), "nvfp4", (16, 16))
+    assert torch.sum(grad * (w.detach() - rounded)) > 0  # descent moves the weight towards its rounding
+    with torch.no_grad():
+        w.sub_(1e-3 * grad / grad.abs().max())
+    assert gap(("proj_out",)).item() < before.item()

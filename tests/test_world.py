@@ -129,6 +129,25 @@ def test_shipped_prompt_files_match_their_generator():
         assert prompts.load_prompt_set(f"shapes/{split}") == built[split]
 
 
+def test_grammar_draw_is_seeded_fresh_and_loads_by_name():
+    # Bugs caught: a "fresh" draw that overlaps the sets the weights and recipes were tuned on (eval,
+    # heldout), repeats a prompt up to wording, or changes between calls with the same seed.
+    drawn = prompts.load_prompt_set("shapes/draw26")
+    assert drawn == prompts.grammar_draw(26) and drawn != prompts.grammar_draw(27)
+    counts = {s: sum(r.skill == s for r in drawn) for s in grammar.SKILLS}
+    assert counts == {"single_object": 6, "counting": 8, "color_attr": 8, "position": 8}  # 6 single objects left
+    keys = [grammar.parse_prompt(r.text).canonical_key() for r in drawn]
+    assert len(set(keys)) == len(keys) == 30
+    assert all(grammar.parse_prompt(r.text).skill == r.skill for r in drawn)
+    tuned = {grammar.parse_prompt(r.text).canonical_key() for s in ("eval", "heldout")
+             for r in prompts.load_prompt_set(f"shapes/{s}")}
+    assert not set(keys) & tuned
+    assert [r.id for r in drawn[:2]] == ["draw26-0000", "draw26-0001"]
+    assert drawn[0].text == "a yellow square" and drawn[-1].text == "a blue circle below a yellow circle"
+    with pytest.raises(ConfigError, match="draw<SEED>"):
+        prompts.load_prompt_set("shapes/drawx")
+
+
 def test_prompt_files_from_paths(tmp_path):
     txt = tmp_path / "mine.txt"
     txt.write_text("a red circle\n\n a dog on a beach \n")

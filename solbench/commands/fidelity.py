@@ -88,8 +88,10 @@ def main(args: argparse.Namespace) -> int:
         spec, run_dir = run(dataclasses.replace(settings, recipe=recipe), args.results, force=args.force, echo=echo)
         frame = pd.DataFrame(RunStore(run_dir, run_dir.name).read("candidates"))
         table = summary(frame)
-        s = spec["sampling"]
-        echo(f"{spec['model']['name']} {spec['quant']['recipe']} {s['sampler']} {s['explore_steps']} explore steps vs "
+        s, q = spec["sampling"], spec["quant"]
+        share = "" if not q.get("linears") else (
+            f" ({q['quantized_linears']} of {q['linears']} Linears, {100 * q['mac_share']:.1f}% of linear MACs in low precision)")
+        echo(f"{spec['model']['name']} {q['recipe']}{share} {s['sampler']} {s['explore_steps']} explore steps vs "
              f"full precision {s['steps']} steps; {frame['prompt_id'].nunique()} prompts x {spec['seeds']} seeds "
              "(mean over prompts):")
         for _, row in table.iterrows():

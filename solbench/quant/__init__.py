@@ -7,7 +7,8 @@ provides the pieces:
   arithmetic to the bit) and `QuantizedTensor.dequantize`; `fake_quantize` for both at once.
 - `QuantRecipe`, `RECIPES`, `get_recipe`: which layers run in which precision
   ("nvfp4_flux", "nvfp4_sana", "nvfp4_tiny", "nvfp4_w4a4", ...).
-- `quantized_copy(model, recipe)`, `sync_weights(copy, model)`, `quantization_summary(copy)`.
+- `quantized_copy(model, recipe)`, `sync_weights(copy, model)`, `quantization_summary(copy)`,
+  `low_precision_mac_share(copy, forward)` (the share of Linear MACs a copy runs in low precision).
 - `error_stats`, `layer_error_report`: relative MSE / SNR, per tensor and per layer.
 
 See docs/quantization.md.
@@ -15,7 +16,7 @@ See docs/quantization.md.
 
 from .formats import FORMATS, NonFiniteError, QuantizedTensor, fake_quantize, quantize
 from .layers import BackendUnavailableError, QuantLinear, TELinear
-from .model import LayerQuantization, quantization_summary, quantized_copy, sync_weights
+from .model import LayerQuantization, MacShare, low_precision_mac_share, quantization_summary, quantized_copy, sync_weights
 from .recipes import RECIPES, QuantRecipe, UnknownRecipeError, get_recipe
 from .stats import LayerError, error_stats, layer_error_report
 
@@ -33,6 +34,8 @@ __all__ = [
     "sync_weights",
     "quantization_summary",
     "LayerQuantization",
+    "low_precision_mac_share",
+    "MacShare",
     "QuantLinear",
     "TELinear",
     "BackendUnavailableError",

@@ -30,6 +30,8 @@ __all__ = [
     "sync_weights",
     "quantization_summary",
     "format_quantization_summary",
+    "low_precision_mac_share",
+    "MacShare",
 ]
 
 _COPY_INFO_ATTR = "_solbench_quantization"
@@ -333,6 +335,48 @@ def quantization_summary(copy: nn.Module, *, print_table: bool = False, file=Non
     if print_table:
         print(format_quantization_summary(rows, recipe=_copy_info(copy).recipe), file=file)
     return rows
+
+
+@dataclass(frozen=True)
+class MacShare:
+    """Multiply-accumulates of a copy's Linear layers over one forward, and the share run in low precision."""
+
+    quantized_macs: int
+    total_macs: int
+    quantized_layers: int
+    layers: int
+
+    @property
+    def share(self) -> float:
+        return self.quantized_macs / self.total_macs if self.total_macs else 0.0
+
+
+def low_precision_mac_share(copy: nn.Module, forward) -> MacShare:
+    """The share of the Linear MACs the quantized `copy` runs in low precision, over one call of `forward()`.
+
+    `forward` runs the copy once (e.g. a velocity at batch 1); every Linear of the original model
+    (the rows of `quantization_summary`) counts in_features x out_features per input row it sees, so
+    layers on image tokens, text tokens or one pooled vector weigh by the rows they really process.
+    """
+    rows = {row.name: row for row in quantization_summary(copy)}
+    macs = {name: 0 for name in rows}
+    handles = []
+    for name, module in copy.named_modules():
+        if name in rows:
+            row = rows[name]
+
+            def count(module, args, name=name, row=row):
+                macs[name] += args[0].numel() // row.in_features * row.in_features * row.out_features
+
+            handles.append(module.register_forward_pre_hook(count))
+    try:
+        with torch.no_grad():
+            forward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return MacShare(sum(macs[n] for n, r in rows.items() if r.quantized), sum(macs.values()),
+                    sum(r.quantized for r in rows.values()), len(rows))
 
 
 def format_quantization_summary(rows: Iterable[LayerQuantization], recipe: Optional[QuantRecipe] = None) -> str:

@@ -269,6 +269,19 @@ RECIPES: Dict[str, QuantRecipe] = {
             description="NVFP4 W4A4 for the embedded tiny FLUX model: embedders, norm_out, proj_out layers and "
                         "layers with in and out features <= 128 (the model's width: attention) in fp32",
         ),
+        QuantRecipe(
+            name="nvfp4_tiny_flux",
+            format="nvfp4",
+            # FLUX.1's rule (nvfp4_flux) scaled to the embedded tiny FLUX model: the same name skips
+            # (the embedders and norm_out), and FLUX's size threshold in proportion to the width,
+            # 1000 / 3072 x 128 = 42. No Linear of this model has both sides <= 42, so every block
+            # Linear and the final proj_out run NVFP4: 41 of 48 Linears, as nvfp4_flux puts 495 of
+            # FLUX.1's 504 in NVFP4. The SANA analogue, nvfp4_tiny, keeps the attention in fp32.
+            skip=_FLUX_SKIP,
+            min_dim=42,
+            description="NVFP4 W4A4, FLUX.1's rule scaled to the embedded tiny FLUX model: embedders and norm_out "
+                        "in fp32, layers with in and out features <= 42 (none) in fp32; every block Linear NVFP4",
+        ),
     )
 }
 

@@ -6,7 +6,8 @@ The shapes world ships three disjoint sets built from the whole grammar by `buil
 "B and A", or "A left of B" and "B right of A", count as one prompt group, and each group appears
 once (in one random wording) in at most one split. eval and heldout have the same number of prompts
 per skill (EVAL_PER_SKILL), so per-skill accuracies are comparable; the remaining groups are train
-(position capped at TRAIN_CAP_PER_SKILL). Pretraining (scripts/pretrain_tiny.py) draws from the whole grammar, like a base model that
+(position capped at TRAIN_CAP_PER_SKILL). "shapes/draw<SEED>" is a fresh draw from the grammar outside eval
+and heldout (`grammar_draw`), for measurements on prompts no choice was tuned on. Pretraining (scripts/pretrain_tiny.py) draws from the whole grammar, like a base model that
 has seen every kind of caption; the splits exist for RL.
 
 `load_prompt_set` also reads any .txt file (one prompt per line) or .jsonl file (records with
@@ -81,6 +82,37 @@ def write_shapes_splits(folder: Path | None = None) -> None:
                 fh.write(json.dumps({"id": r.id, "text": r.text, "skill": r.skill, "version": SPLIT_VERSION}) + "\n")
 
 
+DRAW_PREFIX = "shapes/draw"  # "shapes/draw<SEED>": `grammar_draw(SEED)` as a named prompt set
+
+
+def grammar_draw(seed: int, per_skill: int = 8) -> list[PromptRecord]:
+    """A fresh draw from the whole grammar: `per_skill` prompts per skill (fewer where the skill has
+    fewer), none of them equal up to wording to each other or to a prompt of shapes/eval or
+    shapes/heldout, the sets every choice of weights and recipe was tuned on.
+
+    Loaded by name as "shapes/draw<seed>". Each skill's prompts are its enumerated prompts in an order
+    drawn by a numpy generator seeded by `seed`; ids are "draw<seed>-<index>". docs/embedded-world.md
+    names the seed its fidelity numbers use (single_object has 12 prompts, 6 of them in eval/heldout).
+    """
+    from solbench.world.grammar import SKILLS, caption, enumerate_requirements, parse_prompt
+
+    splits = build_shapes_splits()
+    tuned = {parse_prompt(r.text).canonical_key() for split in ("eval", "heldout") for r in splits[split]}
+    rng = np.random.default_rng(seed)
+    records: list[PromptRecord] = []
+    for skill in SKILLS:
+        seen, taken = set(tuned), 0
+        options = enumerate_requirements(skill)
+        for idx in rng.permutation(len(options)):
+            key = options[idx].canonical_key()
+            if key in seen or taken == per_skill:
+                continue
+            seen.add(key)
+            taken += 1
+            records.append(PromptRecord(f"draw{seed}-{len(records):04d}", caption(options[idx]), skill))
+    return records
+
+
 def _read_lines(path: Path) -> list[str]:
     """The lines of a UTF-8 file, split on \\n, \\r\\n or \\r only (as iterating over an open file does;
     str.splitlines would also split a prompt at U+2028, U+0085, form feeds, ...)."""
@@ -121,17 +153,21 @@ def _check_unique_ids(path: Path, records: list[PromptRecord]) -> list[PromptRec
 
 
 def load_prompt_set(name_or_path: str | Path) -> list[PromptRecord]:
-    """Prompts of a named set ("shapes/train", "shapes/eval", "shapes/heldout") or of a file."""
+    """Prompts of a named set ("shapes/train", "shapes/eval", "shapes/heldout", "shapes/draw<SEED>") or of a file."""
     name = str(name_or_path)
+    if name.startswith(DRAW_PREFIX) and name[len(DRAW_PREFIX):].isdigit():
+        return grammar_draw(int(name[len(DRAW_PREFIX):]))
     if name.startswith("shapes/"):
         split = name.split("/", 1)[1]
         if split not in SPLITS:
-            raise ConfigError(f"unknown prompt set {name!r}; known: {', '.join('shapes/' + s for s in SPLITS)}")
+            raise ConfigError(f"unknown prompt set {name!r}; known: {', '.join('shapes/' + s for s in SPLITS)} "
+                              f"and {DRAW_PREFIX}<SEED> (a fresh draw from the grammar)")
         return _read_jsonl(_prompt_dir() / f"shapes_{split}.jsonl")
     path = Path(name).expanduser()
     if not path.is_file():
         raise ConfigError(
-            f"prompt set {name!r} is neither a named set (shapes/train, shapes/eval, shapes/heldout) nor a file"
+            f"prompt set {name!r} is neither a named set (shapes/train, shapes/eval, shapes/heldout, "
+            f"{DRAW_PREFIX}<SEED>) nor a file"
         )
     if path.suffix == ".jsonl":
         return _check_unique_ids(path, _read_jsonl(path))
