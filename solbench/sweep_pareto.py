@@ -32,7 +32,7 @@ def projected_iteration_seconds(timing_rows: Iterable[Mapping[str, Any]], config
     """Median over training iterations of a run's PROJECTED GPU seconds (see the module docstring)."""
     from solbench.quant.shares import precision_split
     from solbench.report.clock import projected_seconds
-    from solbench.report.cost import get_hardware
+    from solbench.report.hardware import get_hardware
     from solbench.report.tables import EVAL_PHASES
 
     hw = get_hardware(hardware)

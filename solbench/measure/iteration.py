@@ -220,7 +220,8 @@ def _predicted_phase_gb(items: dict, phase: str) -> float | None:
 def projected_seconds_per_forward(model: str, resolution: int | None, hardware: str, low_precision: bool) -> float:
     """The cost projection's seconds for one transformer forward of one image (solbench.report.cost:
     its closed-form FLOPs, a hardware profile's dense peaks and the paper setting's utilisation)."""
-    from solbench.report.cost import PaperSetting, forward_flops, get_hardware
+    from solbench.report.cost import PaperSetting, forward_flops
+    from solbench.report.hardware import get_hardware
 
     hw, setting = get_hardware(hardware), PaperSetting()
     f = forward_flops(model, resolution)

@@ -7,7 +7,7 @@ Explore-precision phases run at the precision each FLOP really ran at: the share
 that the run's recipe quantizes (``solbench.quant.shares.precision_split`` of the run's model, resolution
 and ``quant.recipe``, the rule ``quantized_copy`` applies) at the low-precision peak (NVFP4 on B200, FP8
 on H100), the rest (attention products, the layers the recipe keeps) at BF16
-(``solbench.report.cost.HARDWARE``, options ``hardware`` and ``mfu``). It is a PROJECTION, never a
+(``solbench.report.hardware.HARDWARE``, options ``hardware`` and ``mfu``). It is a PROJECTION, never a
 measurement: it lets a CPU run (where FP4 is emulated and slower than full precision) show the shape
 the paper's wall-clock claims would have on FP4 hardware. Phases without a FLOP count (e.g. select,
 reward, or training when the methods do not count it) add nothing; ``counted_phases`` says which did.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from solbench.report.hardware import get_hardware
 from solbench.report.registry import Note, Table
 from solbench.report.stats import fmt_num
 from solbench.report.tables import EVAL_PHASES, Tables
@@ -26,8 +27,6 @@ PROJECTION = "PROJECTION"
 
 
 def hardware(tables: Tables):
-    from solbench.report.cost import get_hardware
-
     return get_hardware(tables.options.hardware)
 
 

@@ -25,59 +25,16 @@ solbench/report/findings_speed.py (Tables 5 and 8, convergence).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
 
+from solbench.report.findings_common import (HELD_OUT, REWARDS_DISAGREE, TRAINING, Finding,  # noqa: F401
+                                             axis_arms, fmt_value, main_arm, reward_roles, training_rewards)
 from solbench.report.registry import Note, Table, report_kind
-from solbench.report.stats import (CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, PROJECTION, REPRODUCED, fmt_num,
-                                   verdict)
-from solbench.report.tables import Tables, _hashable, same_method
-
-REWARDS_DISAGREE = "rewards disagree"
-TRAINING, HELD_OUT = "training", "held-out"
-
-
-@dataclass
-class Finding:
-    claim: str
-    paper_table: str
-    paper: str  # the paper's figure, as text
-    effect: float = math.nan
-    lo: float = math.nan
-    hi: float = math.nan
-    unit: str = ""  # "abs", "rel", "ratio", "rho"
-    threshold: float = math.nan
-    direction: str = "greater"
-    verdict: str = NOT_MEASURED
-    covers: str = ""  # what the interval covers
-    detail: str = ""  # arms, metric, step, why not measured; for projections their inputs
-    model: str = ""
-    metric: str = ""
-    role: str = ""  # training | held-out (reward claims), "" otherwise
-    key: str = ""  # rows of one claim on several rewards share it (default: the claim)
-    prompts_only: bool = False  # the interval covers eval prompts only: seed-to-seed variance not estimated
-    per_seed: str = ""  # each run seed's paired difference (CSV)
-
-    def decide(self) -> "Finding":
-        self.verdict = verdict(self.lo, self.hi, self.threshold, self.direction)
-        return self
-
-    def group(self) -> str:
-        return self.key or self.claim
-
-
-def fmt_value(value: float, unit: str) -> str:
-    if not math.isfinite(value):
-        return "-"
-    if unit == "rel":
-        return f"{value:+.2%}"
-    if unit == "ratio":
-        return f"{value:.2f}x"
-    if unit == "rho":
-        return f"{value:.3f}"
-    return f"{value:+.4f}"
+from solbench.report.stats import CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, PROJECTION, REPRODUCED, fmt_num
+from solbench.report.tables import Tables
 
 
 def _interval(f: Finding) -> str:
@@ -98,60 +55,6 @@ def _rule(f: Finding) -> str:
 def _verdict_text(f: Finding) -> str:
     return f"**{f.verdict}**" + (" (eval prompts only)" if f.prompts_only and f.verdict in (REPRODUCED, CONTRADICTED)
                                  else "")
-
-
-# ---- arms -----------------------------------------------------------------------------------------
-
-def main_arm(tables: Tables, runs: pd.DataFrame, method: str) -> str | None:
-    """The arm of ``method`` to compare: the one with most seeds (ablation arms have fewer), first in order."""
-    arms = [a for a in tables.arm_order(runs) if same_method(runs.loc[runs["arm"] == a, "method"].iloc[0], method)]
-    if not arms:
-        return None
-    mine = runs[runs["arm"].isin(arms)]
-    counts = mine.groupby("arm")["seed"].nunique()
-    varying = [c for c in tables.setting_columns() if c in mine and mine[c].map(_hashable).nunique() > 1]
-    modes = {c: mine[c].map(_hashable).value_counts().index[0] for c in varying}
-
-    def at_default(arm: str) -> int:  # settings at their most common value: the default ablations vary around
-        run = mine[mine["arm"] == arm].iloc[0]
-        return sum(_hashable(run[c]) == v for c, v in modes.items())
-
-    return max(arms, key=lambda a: (counts.get(a, 0), at_default(a), -arms.index(a)))
-
-
-def axis_arms(tables: Tables, runs: pd.DataFrame, method: str, axis: str) -> dict:
-    """{value of method_config.<axis>: arm} with every other varying setting at its most common value."""
-    mine = runs[runs["method"].map(lambda m: same_method(m, method))]
-    col = f"p_method_config.{axis}"
-    if mine.empty or col not in mine or mine[col].map(_hashable).nunique() < 2:
-        return {}
-    others = [c for c in tables.setting_columns() if c != col and c in mine and mine[c].map(_hashable).nunique() > 1]
-    keep = pd.Series(True, index=mine.index)
-    for c in others:
-        values = mine[c].map(_hashable)
-        keep &= values == values.value_counts().index[0]
-    out: dict = {}
-    for value, arm in zip(mine.loc[keep, col], mine.loc[keep, "arm"]):
-        if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            out.setdefault(value, arm)
-    return dict(sorted(out.items(), key=lambda kv: float(kv[0])))
-
-
-def training_rewards(tables: Tables, runs: pd.DataFrame) -> set[str]:
-    """Rewards the runs trained on (``p_rewards.<name>`` with a non-zero weight)."""
-    names = set()
-    for column in runs.columns:
-        if column.startswith("p_rewards.") and pd.to_numeric(runs[column], errors="coerce").fillna(0).ne(0).any():
-            names.add(column[len("p_rewards."):])
-    return names
-
-
-def reward_roles(tables: Tables, runs: pd.DataFrame) -> list[tuple[str, str]]:
-    """[(eval reward, training | held-out)], the training reward(s) first. Results that do not record the
-    training rewards take the spec's first eval reward as the training one."""
-    rewards = tables.eval_rewards()
-    trained = training_rewards(tables, runs) & set(rewards) or set(rewards[:1])
-    return [(r, TRAINING) for r in rewards if r in trained] + [(r, HELD_OUT) for r in rewards if r not in trained]
 
 
 # ---- the overall verdict of a claim judged on several rewards -------------------------------------

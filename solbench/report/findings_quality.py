@@ -24,7 +24,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from solbench.report.findings import Finding, axis_arms, main_arm, reward_roles
+from solbench.report.findings_common import Finding, axis_arms, main_arm, reward_roles
 from solbench.report.paired import (Paired, _eval_steps, paired_at_steps, paired_difference, paired_steps,
                                     prompt_differences, sample_rows, seed_runs)
 from solbench.report.stats import fmt_num, paired_ci

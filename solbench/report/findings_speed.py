@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from solbench.report.findings import TRAINING, Finding, main_arm
+from solbench.report.findings_common import TRAINING, Finding, main_arm
 from solbench.report.stats import NOT_MEASURED, PROJECTION, bootstrap_ci, fmt_num, mean_ci
 from solbench.report.tables import ROLLOUT_PHASES, Tables
 
@@ -195,7 +195,7 @@ def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
     groups = groups.assign(what=groups["run_id"].map(lambda r: "final policy" if pd.notna(ckpt.get(r)) else "base model"))
     if "reward_name" not in groups or groups["reward_name"].isna().all():
         groups = groups.assign(reward_name="")
-    from solbench.report.findings import training_rewards
+    from solbench.report.findings_common import training_rewards
 
     trained = training_rewards(tables, tables.done_runs[tables.done_runs["model"] == model])
     out = []

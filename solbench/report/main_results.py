@@ -120,7 +120,7 @@ def main_results(tables: Tables):
             + (f" Δ vs {ref_arm}: paired difference from the reference method ({ref_arm}) on the same eval prompts "
                "and eval seeds, runs paired by run seed, at the last evaluation both runs of a pair reached (equal "
                f"iterations); [{level:.0%} interval of the crossed design, covering {_covers(tidy)}]"
-               + (f"; 'at equal PROJECTED time': the same pairs compared at the PROJECTED GPU clock both runs of a "
+               + ("; 'at equal PROJECTED time': the same pairs compared at the PROJECTED GPU clock both runs of a "
                   "pair reached (the paper's Table 1 compares at equal GPU-hours), per-sample scores interpolated "
                   "linearly between the evaluations around it; a PROJECTION of the time axis, the scores are "
                   "measured" if has_clock else "") + ". Each seed's own paired difference: the per-seed CSV."

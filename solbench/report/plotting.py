@@ -34,7 +34,7 @@ def new_figure(width: float, height: float) -> Figure:
 
 def headline_arms(tables, runs) -> set[str]:
     """Each method's headline arm (the one the Findings compare: most seeds, settings at their defaults)."""
-    from solbench.report.findings import main_arm
+    from solbench.report.findings_common import main_arm
 
     return {arm for method in runs["method"].dropna().unique() if (arm := main_arm(tables, runs, method))}
 
