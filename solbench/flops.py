@@ -1,7 +1,7 @@
 """FLOPs of one transformer forward, from the architecture config alone.
 
 Timing rows carry the FLOPs each phase spent, and the cost projections for the real models
-(FLUX.1-dev, SD3.5-Large, SANA-1.5 1.6B) need the same number without their weights. Both come from
+(FLUX.1-dev, SD3.5-Large, the linear-FFN SANA 1.0 1.6B) need the same number without their weights. Both come from
 one method: build the diffusers transformer class from its config on the ``meta`` device (no memory,
 no compute), run one forward on meta tensors of the right shapes, and let PyTorch's own
 ``FlopCounterMode`` count the matrix products (linear layers, attention, convolutions). Elementwise
@@ -35,13 +35,23 @@ def count_flops(fn: Callable[..., Any], *args, **kwargs) -> int:
     return int(counter.get_total_flops())
 
 
+#: Config key (ignored by diffusers: private) marking a SanaTransformer2DModel whose feed-forwards are Linear
+#: layers, the linear-FFN SANA 1.6B Sol-RL trains (solbench.models.sana_linear).
+LINEAR_FFN = "_solbench_linear_ffn"
+
+
 def _meta_model(class_name: str, config: dict):
     import diffusers
 
     cls = getattr(diffusers, class_name)
     kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in config.items() if not k.startswith("_")}
     with torch.device("meta"):
-        return cls(**kwargs)
+        model = cls(**kwargs)
+        if config.get(LINEAR_FFN):
+            from solbench.models.sana_linear import linearize_ffn
+
+            linearize_ffn(model)
+        return model
 
 
 def _meta_inputs(class_name: str, config: dict, shape_key: tuple) -> dict:
@@ -133,7 +143,8 @@ def linear_layers(class_name: str, config: dict, shape_key: tuple) -> tuple[floa
 
 
 def _key(config: dict) -> str:
-    return json.dumps({k: v for k, v in dict(config).items() if not k.startswith("_")}, sort_keys=True, default=list)
+    return json.dumps({k: v for k, v in dict(config).items() if not k.startswith("_") or k == LINEAR_FFN},
+                      sort_keys=True, default=list)
 
 
 def flux_forward_flops(config: dict, *, image_tokens: int, text_tokens: int) -> float:
@@ -199,13 +210,16 @@ REAL_MODELS: dict[str, RealModelSpec] = {
                     pooled_projection_dim=2048, out_channels=16, pos_embed_max_size=192, qk_norm="rms_norm"),
         resolution=1024, vae_factor=8, text_tokens=77 + 256,  # CLIP-L/G tokens + T5 tokens
     ),
+    # The model Sol-RL trains on SANA (NVlabs/Sana configs/sol_rl/sana.py: Sana1.0_1600M_linear.yaml, and
+    # experiments/sana_main.yaml's model.checkpoint): SANA 1.0 1.6B (no q/k norm) with its feed-forward's
+    # two 1x1 convolutions as Linear layers, which the NVFP4 recipe quantizes (SANA-1.5's Conv2d it cannot).
     "sana": RealModelSpec(
-        hub_id="Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers",
+        hub_id="Efficient-Large-Model/Sana_1600M_1024px_BF16_diffusers",
         class_name="SanaTransformer2DModel",
         config=dict(in_channels=32, out_channels=32, num_attention_heads=70, attention_head_dim=32, num_layers=20,
                     num_cross_attention_heads=20, cross_attention_head_dim=112, cross_attention_dim=2240,
                     caption_channels=2304, mlp_ratio=2.5, sample_size=32, patch_size=1,
-                    norm_elementwise_affine=False, norm_eps=1e-6, qk_norm="rms_norm_across_heads"),
+                    norm_elementwise_affine=False, norm_eps=1e-6, **{LINEAR_FFN: True}),
         resolution=1024, vae_factor=32, text_tokens=300,  # DC-AE f32; Gemma-2 prompt length
     ),
 }
@@ -234,7 +248,7 @@ def model_architecture(model: str, *, resolution: int | None = None,
 
 # ---- VAE decoders (the image each rollout sample is scored on) ---------------------------------
 #: The decoders of the real models' autoencoders, as diffusers configs: FLUX.1-dev and SD3.5 share the
-#: 16-channel AutoencoderKL layout (their vae/config.json); SANA-1.5 uses the DC-AE f32c32
+#: 16-channel AutoencoderKL layout (their vae/config.json); SANA uses the DC-AE f32c32
 #: (mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers, config.json).
 VAE_CONFIGS: dict[str, tuple[str, dict, int]] = {
     "kl16": ("AutoencoderKL", dict(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 4,

@@ -15,37 +15,42 @@ from solbench.report.cost import (FITTED, PAPER_TABLE5, PaperSetting, forward_fl
 CELLS = ("rollout_naive", "rollout_sol", "e2e_naive", "e2e_sol")
 
 
-def test_table5_cells_within_25_percent_and_flux_sd3_speedups_within_15():
+def test_table5_cells_within_25_percent_for_flux_and_sana_and_the_sd3_shortfall():
     """Catches a projection that drops a setting (resolution, CFG passes, trained timesteps, VAE, quantized
     share): each of those moves at least one cell or speedup out of its band.
 
-    SANA's speedups fall short of the paper's (rollout 1.13x vs 1.41x) and this is expected: sana_main runs
-    SANA-1.5 1.6B, whose Mix-FFN is Conv2d, and the reference's nvfp4_sana rule (max(in, out) <= 2240 stays
-    BF16) leaves only the cross-attention k/v in NVFP4 (4 % of a forward); the paper trains the linear-FFN
-    SANA 1.0 (issue 23). The old projection read the rule as < and so counted the square 2240 layers as NVFP4
-    (25 %), which put SANA inside the band for the wrong reason."""
+    Every BF16 cell (the naive rows, which no recipe touches) is within 25 % for all three models; FLUX.1 and
+    SANA (the linear-FFN SANA 1.0 1.6B that sana_main trains, 56 % of its forward in NVFP4) are within 25 % in
+    every cell and 15 % in both speedups. SD3.5-L's Sol-RL cells are not, and this is a finding, not a
+    tolerance: sd35_main runs the reference's SD3 rule (configs/sol_rl/sd3.py: min_dim 2432 keeps every square
+    attention projection in BF16, norm1 and ff_context skipped), which puts 47 % of a forward in NVFP4, and
+    projects a 1.6x rollout speedup where the paper reports 2.4x."""
     df = paper_projection("B200").set_index("model")
     assert len(df) == 3
-    errors = {(model, cell): df.loc[model, f"{cell}_rel_error"] for model in df.index for cell in CELLS}
-    assert all(abs(e) <= 0.25 for e in errors.values()), errors
-    for model in ("FLUX.1", "SD3.5-L"):
+    for model in df.index:
+        for cell in ("rollout_naive", "e2e_naive"):
+            assert abs(df.loc[model, f"{cell}_rel_error"]) <= 0.25, (model, cell)
+    for model in ("FLUX.1", "SANA"):
+        for cell in CELLS:
+            assert abs(df.loc[model, f"{cell}_rel_error"]) <= 0.25, (model, cell)
         for kind in ("rollout", "e2e"):
             assert abs(df.loc[model, f"{kind}_speedup_rel_error"]) <= 0.15, (model, kind)
-    assert df.loc["SANA", "quantized_share"] < 0.05
-    assert 1.0 < df.loc["SANA", "rollout_speedup_projected"] < 1.2 < df.loc["FLUX.1", "rollout_speedup_projected"]
+    assert df.loc["SANA", "quantized_share"] > 0.5
+    assert 0.4 < df.loc["SD3.5-L", "quantized_share"] < 0.55
+    assert df.loc["SD3.5-L", "rollout_speedup_rel_error"] < -0.25  # the shortfall the report states
 
 
 @pytest.mark.parametrize("setting_change", [
-    {"flux": {"resolution": 1024}}, {"sd3": {"rollout_passes": 1}}, {"flux": {"train_timesteps": 9}},
+    {"flux": {"resolution": 1024}}, {"sana": {"rollout_passes": 1}}, {"flux": {"train_timesteps": 9}},
 ])
 def test_dropping_a_modelled_setting_breaks_the_fit(setting_change):
-    """The settings are not decoration: the old assumptions (1024 px FLUX, no CFG, 9 timesteps on FLUX) each
-    push a FLUX or SD3.5-L cell or speedup out of the band."""
+    """The settings are not decoration: the old assumptions (1024 px FLUX, no CFG, 9 timesteps) each push a
+    FLUX.1 or SANA cell or speedup (the two models inside the bands) out of the band."""
     models = dict(paper_models())
     for name, change in setting_change.items():
         models[name] = dataclasses.replace(models[name], **change)
     df = paper_projection("B200", setting=PaperSetting(models=tuple(models.items()))).set_index("model")
-    df = df.loc[["FLUX.1", "SD3.5-L"]]
+    df = df.loc[["FLUX.1", "SANA"]]
     worst_cell = max(abs(df[f"{c}_rel_error"]).max() for c in CELLS)
     worst_speedup = max(abs(df[f"{k}_speedup_rel_error"]).max() for k in ("rollout", "e2e"))
     assert worst_cell > 0.25 or worst_speedup > 0.15
@@ -62,7 +67,8 @@ def test_vae_flops_are_the_flop_counter_s():
 def test_quantized_share_is_the_recipe_rule_layer_by_layer():
     """Bugs caught (issue 23, item 5): the projection restated the layer rule by hand and read it as <, where the
     reference keeps a Linear in BF16 when max(in, out) <= min_dim: SANA's square 2240 x 2240 layers were counted
-    as NVFP4 (25 % instead of 4 %), and FLUX's proj_out (3072 -> 64: max 3072 > 1000) was kept in BF16."""
+    as NVFP4, and FLUX's proj_out (3072 -> 64: max 3072 > 1000) was kept in BF16. And the projection counted
+    SANA-1.5, whose Conv2d feed-forward no recipe quantizes, instead of the linear-FFN SANA 1.0 Sol-RL trains."""
     from solbench.quant.shares import precision_split
 
     flux = dict((layer.name, q) for layer, q in precision_split("flux", "nvfp4_flux", resolution=512, backend="te").layers)
@@ -72,19 +78,27 @@ def test_quantized_share_is_the_recipe_rule_layer_by_layer():
     kept = {layer.name for layer in sana.kept()}
     assert "transformer_blocks.0.attn1.to_out.0" in kept and "transformer_blocks.0.attn2.to_q" in kept  # 2240 x 2240
     quantized = [layer for layer, q in sana.layers if q]
-    assert {layer.name.split(".", 2)[2] for layer in quantized} == {"attn2.to_k", "attn2.to_v"}  # min_dim_exempt
+    assert {layer.name.split(".", 2)[2] for layer in quantized} == {
+        "attn2.to_k", "attn2.to_v",  # min_dim_exempt
+        "ff.linear_inverted", "ff.linear_point"}  # 2240 -> 11200 and 5600 -> 2240: the linear FFN
     assert forward_flops("sana", 1024).quantized == pytest.approx(sum(layer.flops for layer in quantized))
+    sd3 = dict((layer.name, q) for layer, q in precision_split("sd3", "nvfp4_sd3", resolution=1024, backend="te").layers)
+    block = "transformer_blocks.0."
+    assert sd3[block + "ff.net.0.proj"] and sd3[block + "ff.net.2"]  # 2432 -> 9728 and back
+    assert not any(sd3[block + name] for name in ("attn.to_q", "attn.to_out.0", "attn.add_q_proj",  # 2432 x 2432
+                                                    "ff_context.net.0.proj", "norm1.linear", "norm1_context.linear"))
     shares = {m: forward_flops(m, s.resolution, s.recipe) for m, s in paper_models().items()}
     frac = {m: f.quantized / f.linear for m, f in shares.items()}
-    assert frac["flux"] > 0.99 and frac["sd3"] > 0.99 and 0.03 < frac["sana"] < 0.06  # SANA: convs are "linear" too
+    assert frac["flux"] > 0.99 and 0.55 < frac["sd3"] < 0.7 and 0.55 < frac["sana"] < 0.65
 
 
 def test_settings_come_from_the_real_specs(tmp_path):
     """Resolution, recipe and trained timesteps are the Sol-RL run's of each real spec (flux_main: 512 px, 0.4 x 10
-    -> 4; sd35_main and sana_main: 1024 px, 0.99 x 10 -> 9), not constants: a spec with another
-    timestep_fraction projects another training phase. Bug caught: 9 (and 4) were hard-coded."""
+    -> 4; sd35_main and sana_main: 1024 px, the reference base.py's 0.6 x 10 -> 6, each model's own recipe), not
+    constants: a spec with another timestep_fraction projects another training phase. Bug caught: 9 (and 4) were
+    hard-coded."""
     got = {m: (s.resolution, s.train_timesteps, s.recipe) for m, s in paper_models().items()}
-    assert got == {"flux": (512, 4, "nvfp4_flux"), "sd3": (1024, 9, "nvfp4_flux"), "sana": (1024, 9, "nvfp4_sana")}
+    assert got == {"flux": (512, 4, "nvfp4_flux"), "sd3": (1024, 6, "nvfp4_sd3"), "sana": (1024, 6, "nvfp4_sana")}
     assert set(paper_models()) == set(PAPER_TABLE5["model"])
     from solbench.report.cost import EXPERIMENTS
 
