@@ -85,7 +85,7 @@ def eager_only():
 
 
 def _round_to_grid(y: torch.Tensor, min_exponent: int, mantissa_bits: int, max_value: float, saturate: bool):
-    """formats._round_to_grid_, out of place."""
+    """grid._round_to_grid_, out of place."""
     if saturate:
         y = y.clamp(-max_value, max_value)
     magic = (y.view(torch.int32) & _EXPONENT_MASK).clamp(min=(127 + min_exponent) << 23) + ((23 - mantissa_bits) << 23)
@@ -100,7 +100,7 @@ def _absmax_blocks(blocks: torch.Tensor):
 
 
 def _nvfp4_block_scales(amax: torch.Tensor, multiplier: torch.Tensor, decode_global: torch.Tensor):
-    """formats._nvfp4_scales after the global amax: (s_b, s_b * S_dec, e_b, max(amax * e_b),
+    """nvfp4._nvfp4_scales after the global amax: (s_b, s_b * S_dec, e_b, max(amax * e_b),
     s_b as float8_e4m3fn (exact: s_b is on the E4M3 grid))."""
     block_scale = _round_to_grid(amax * multiplier, -6, 3, 448.0, True)
     decode = block_scale * decode_global
@@ -109,7 +109,7 @@ def _nvfp4_block_scales(amax: torch.Tensor, multiplier: torch.Tensor, decode_glo
 
 
 def _fake_e2m1(blocks: torch.Tensor, encode: torch.Tensor, decode: torch.Tensor, saturate: bool, dtype: torch.dtype):
-    """formats._fake_quantize_blocks: round blocks * e_b to E2M1 and scale back, cast to dtype."""
+    """grid._fake_quantize_blocks: round blocks * e_b to E2M1 and scale back, cast to dtype."""
     y = blocks.float() * encode[:, None]
     y = _round_to_grid(y, 0, 1, 6.0, saturate)
     return (y * decode[:, None]).to(dtype)
@@ -119,7 +119,7 @@ def _fake_nvfp4_rows(x2d: torch.Tensor, dtype: torch.dtype, one_sixth: torch.Ten
     """The whole NVFP4 fake-quantize of a [rows, K] tensor (K % 16 == 0, 1x16 blocks) in one call:
     block amax, global amax, TE's global and block scales, E2M1 rounding and the scale back.
 
-    formats._fake_quantize_nvfp4 does the same in three kernels with host arithmetic between them
+    nvfp4._fake_quantize_nvfp4 does the same in three kernels with host arithmetic between them
     (the global scales in numpy float32); here those scalar steps are 0-dim fp32 tensor ops of the
     same operations in the same order, so the result is bit-identical, and an activation costs one
     compiled call instead of three plus their eager glue (issue 17: a tiny-model forward makes 15).
@@ -147,7 +147,7 @@ def _fake_nvfp4_rows(x2d: torch.Tensor, dtype: torch.dtype, one_sixth: torch.Ten
 
 
 def _encode_e2m1(blocks: torch.Tensor, encode: torch.Tensor, saturate: bool) -> torch.Tensor:
-    """formats._encode_blocks before packing: uint8 E2M1 codes (0..15) of blocks * e_b, one per element.
+    """grid._encode_blocks before packing: uint8 E2M1 codes (0..15) of blocks * e_b, one per element.
 
     (Packing two codes per byte inside the compiled kernel ran 8x slower: inductor does not
     vectorise the pairwise combine; `pack_nibbles` does it in two eager ops on the small codes.)
@@ -181,7 +181,7 @@ def _e2m1_value_bits(c: torch.Tensor) -> torch.Tensor:
 
 
 def _e2m1_pair_bits(packed: torch.Tensor) -> torch.Tensor:
-    """formats._decode_blocks' table lookup: each byte's two decoded fp32 values as one int64
+    """grid._decode_blocks' table lookup: each byte's two decoded fp32 values as one int64
     (low nibble's value in the low 32 bits), so that `.view(torch.float32)` of the result is the
     decoded elements in order on a little-endian machine. (An interleaving gather or stack ran
     3-10x slower: inductor does not vectorise it.)"""
@@ -197,7 +197,7 @@ def _scale_blocks(values: torch.Tensor, decode: torch.Tensor, block_size: int, d
 
 
 def _fake_e4m3(x2d: torch.Tensor, encode: torch.Tensor, decode: torch.Tensor, dtype: torch.dtype):
-    """formats._fake_quantize_fp8 (encode/decode: 0-dim or [rows, 1])."""
+    """fp8._fake_quantize_fp8 (encode/decode: 0-dim or [rows, 1])."""
     y = x2d.float() * encode
     return (_round_to_grid(y, -6, 3, 448.0, True) * decode).to(dtype)
 
@@ -208,7 +208,7 @@ def _encode_e4m3(x2d: torch.Tensor, encode: torch.Tensor) -> torch.Tensor:
 
 
 def _decode_e4m3(raw: torch.Tensor, table: torch.Tensor, decode: torch.Tensor, dtype: torch.dtype):
-    """formats._dequantize_fp8: table[code] * decode (0-dim or [rows, 1]), cast to dtype."""
+    """fp8._dequantize_fp8: table[code] * decode (0-dim or [rows, 1]), cast to dtype."""
     return (table[raw.long()] * decode).to(dtype)
 
 

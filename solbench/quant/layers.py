@@ -222,7 +222,7 @@ def _require_te(recipe: QuantRecipe):
         quant_recipe = te_recipes.NVFP4BlockScaling()
     elif recipe.format == "fp8_e5m2":
         # exactly the recipe object of Sol-RL's public train_utils.py (NVFP4_RECIPE there), which TE runs as
-        # per-tensor FP8 E5M2 with delayed scaling (solbench.quant.formats._fake_quantize_fp8_e5m2)
+        # per-tensor FP8 E5M2 with delayed scaling (solbench.quant.fp8._fake_quantize_fp8_e5m2)
         quant_recipe = te_recipes.DelayedScaling(fp8_format=te_recipes.Format.E2M1, amax_history_len=16,
                                                  amax_compute_algo="max")
     else:

@@ -292,7 +292,7 @@ RECIPES: Dict[str, QuantRecipe] = {
 # fp8_format but E4M3 and HYBRID to FP8 E5M2 (transformer_engine/pytorch/quantization.py get_fp8_te_dtype,
 # get_fp8_max): per-tensor E5M2 weights and activations, not NVFP4 (only NVFP4BlockScaling is NVFP4). These
 # recipes keep each model's layer selection and run that format: on the te backend with that very recipe
-# object, emulated with current per-tensor scaling (solbench.quant.formats._fake_quantize_fp8_e5m2 says
+# object, emulated with current per-tensor scaling (solbench.quant.fp8._fake_quantize_fp8_e5m2 says
 # where delayed and current scaling differ). The nvfp4_* recipes above are the paper's NVFP4.
 for _model, _base in (("flux", "nvfp4_flux"), ("sd3", "nvfp4_sd3"), ("sana", "nvfp4_sana")):
     RECIPES[f"te_delayed_e2m1_{_model}"] = RECIPES[_base].replace(
