@@ -199,7 +199,7 @@ class SweepParam(BaseModel):
 class SweepObjective(BaseModel):
     """What a trial scores: the final eval reward, the reward reached at a wall-clock budget, the
     training time needed to reach a target reward (minimised), or the final reward and the PROJECTED GPU
-    seconds per iteration together (reward_and_time: a Pareto front, solbench/sweep_pareto.py)."""
+    seconds per iteration together (reward_and_time: a Pareto front, solbench/sweep/pareto.py)."""
 
     model_config = _STRICT
     kind: Literal["final_reward", "reward_at_budget", "time_to_target", "reward_and_time"] = "final_reward"
