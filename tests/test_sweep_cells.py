@@ -1,4 +1,4 @@
-"""Sweeps that say what they can decide (solbench/report/sweep_cells.py, solbench/sweep_pareto.py): every cell
+"""Sweeps that say what they can decide (solbench/report/sweep_cells.py, solbench/sweep/pareto.py): every cell
 with an interval over its eval samples, a best SET (the cells not separable from the top) instead of a best that
 noise chose, and the reward-vs-projected-GPU-time study whose Pareto front the report draws.
 

@@ -9,7 +9,7 @@ covers the prompts only). The best set holds the top cell and every cell whose d
 separable from zero: paired on the same run seed and eval prompts (crossed interval of the differences),
 or, where the two cells share no seed, Welch's interval of the difference of their prompt means
 (scipy.stats.ttest_ind). A single cell in the set is separable from all others: "best"; otherwise the
-sweep cannot tell its cells apart. Reward-vs-time studies (solbench/sweep_pareto.py) add the PROJECTED GPU
+sweep cannot tell its cells apart. Reward-vs-time studies (solbench/sweep/pareto.py) add the PROJECTED GPU
 seconds per iteration and Optuna's Pareto front (trials.parquet ``pareto``), drawn with the reward intervals.
 """
 

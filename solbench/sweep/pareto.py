@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from solbench.errors import SolbenchError
+from solbench.sweep.curve import ObjectiveError, final_reward
 
 KIND = "reward_and_time"
 DIRECTIONS = ("maximize", "minimize")
@@ -53,8 +54,6 @@ def projected_iteration_seconds(timing_rows: Iterable[Mapping[str, Any]], config
 def reward_and_time(objective, metric_rows: Iterable[Mapping[str, Any]], timing_rows: Iterable[Mapping[str, Any]],
                     config) -> list[float]:
     """[final value of the objective's metric, projected GPU seconds per iteration] of a finished run."""
-    from solbench.sweep import ObjectiveError, final_reward
-
     curve = objective.curve(metric_rows)
     if not curve:
         raise ObjectiveError(f"the run has no {objective.split} rows of metric {objective.metric!r}")

@@ -1,0 +1,73 @@
+"""The registries a spec is checked against: models, rewards, quantization recipes and prompt sets.
+
+Each is read from its part of solbench when that part is importable (``None``: not checkable here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from solbench.errors import ConfigError
+
+
+def _optional_registry(module: str, getter: Callable[[Any], Iterable[str]]) -> list[str] | None:
+    """Names from another part's registry, or None while that part does not exist yet."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name and (err.name == module or module.startswith(err.name + ".")):
+            return None
+        raise
+    try:
+        return sorted(getter(mod))
+    except AttributeError:
+        return None
+
+
+@dataclass
+class Registries:
+    """Known names used for validation; ``None`` means "not checkable here" (the part is missing)."""
+
+    models: list[str] | None = None
+    rewards: list[str] | None = None
+    recipes: list[str] | None = None
+    prompt_set_exists: Callable[[str], bool] | None = None
+    prompt_set_size: Callable[[str], int | None] | None = None  # prompts in a set; None: cannot be read here
+
+    @classmethod
+    def discover(cls) -> "Registries":
+        size = _prompt_set_sizer()
+        return cls(
+            models=_optional_registry("solbench.models", lambda m: m.model_names()),
+            rewards=_optional_registry("solbench.rewards", lambda m: m.names()),
+            recipes=_optional_registry("solbench.quant", lambda m: list(m.RECIPES)),
+            prompt_set_exists=None if size is None else (lambda name: size(name) is not None),
+            prompt_set_size=size,
+        )
+
+
+def _prompt_set_sizer() -> Callable[[str], int | None] | None:
+    loader = _optional_registry("solbench.world.prompts", lambda m: ["load_prompt_set"] if m.load_prompt_set else [])
+    if not loader:
+        return None
+    import functools
+
+    from solbench.world.prompts import load_prompt_set
+
+    @functools.lru_cache(maxsize=None)  # every run of a spec names the same few sets
+    def size(name: str) -> int | None:
+        try:
+            return len(load_prompt_set(name))
+        except (ConfigError, FileNotFoundError, KeyError, ValueError):
+            return None
+
+    return size
+
+
+def is_prompt_path(name: str) -> bool:
+    """Prompt sets given as files (.txt/.jsonl paths) are checked at launch, not at expansion."""
+    return name.endswith((".txt", ".jsonl")) or "/" in name and not name.startswith("shapes/")

@@ -1,0 +1,412 @@
+"""The resolver: expands a validated spec into its runs, each a fully resolved and checked RunConfig.
+
+``_Resolver.expand`` checks the matrix, include and exclude keys (method names first: every later check
+depends on them), forms the combinations, and resolves each (``_Resolver.resolve``): RunConfig defaults <
+``base`` < ``methods.<method>`` < the combination's values, then the method's Config, the model's
+micro-batch and reference defaults, and the checks of a whole run (registries, counts, batch arithmetic).
+Sweeps resolve their sampled combinations through the same code (``ExperimentSpec.resolve``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import json
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from solbench.config import RunConfig
+from solbench.errors import ConfigError
+from solbench.spec.models import _RESERVED_FIELDS, SpecModel, _format_validation_error, _FullRun
+from solbench.spec.plan import ExperimentSpec, PlannedRun
+from solbench.spec.registries import Registries, is_prompt_path
+from solbench.spec.yaml_lines import _dotted, _nearest_line
+
+# Run sections that merge key by key; every other field (e.g. the rewards dict) is replaced whole.
+_SECTIONS = tuple(name for name, hint in typing.get_type_hints(RunConfig).items() if dataclasses.is_dataclass(hint))
+
+
+def _deep_merge(target: dict, overrides: Mapping) -> dict:
+    """Merge ``overrides`` into ``target``: sections and method_config merge per key, other values replace."""
+    for key, value in overrides.items():
+        if key in (*_SECTIONS, "method_config") and isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            target[key] = {**target[key], **value}
+        else:
+            target[key] = value
+    return target
+
+
+class _Resolver:
+    """Turns matrix combinations into validated RunConfigs for one spec."""
+
+    def __init__(self, model: SpecModel, source: str, lines: dict[tuple, int], registries: Registries):
+        from solbench.method import get_method, method_names
+
+        self.model = model
+        self.source = source
+        self.lines = lines
+        self.registries = registries
+        self.get_method = get_method
+        self.method_names = method_names()
+        self.notes: list[str] = []
+        # Overrides as validated (so 1 and 1.0 hash alike); only the keys the user wrote.
+        self.base = model.base.model_dump(exclude_unset=True)
+        self.per_method = {name: ov.model_dump(exclude_unset=True) for name, ov in model.methods.items()}
+        for name in self.per_method:
+            self._check_method_name(name, ("methods", name))
+        self.method_axes = {name: tuple(get_method(name).axes) for name in self.method_names}
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _where(self, loc: tuple) -> str:
+        line = _nearest_line(self.lines, loc)
+        return f"{self.source}:{line}" if line else self.source
+
+    def _error(self, loc: tuple, message: str) -> ConfigError:
+        return ConfigError(f"{self._where(loc)}: {_dotted(loc)}: {message}")
+
+    def _key_where(self, key: str, method: str, loc: tuple) -> str:
+        """file:line where a run's value of ``key`` (dotted) is set: the matrix, the method's overrides
+        or base, the most specific first; else the combination's own line."""
+        parts = tuple(key.split("."))
+        for candidate in (("matrix", key), ("methods", method, *parts), ("base", *parts)):
+            if candidate in self.lines:
+                return self._where(candidate)
+        return self._where(loc)
+
+    def _check_method_name(self, name: Any, loc: tuple) -> None:
+        if name not in self.method_names:
+            close = difflib.get_close_matches(str(name), self.method_names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise self._error(loc, f"unknown method {name!r}{hint}; methods: {', '.join(self.method_names)}")
+
+    def _key_kind(self, key: str, loc: tuple) -> str:
+        """'method' | 'path' (a RunConfig field) | 'axis' (a method axis); errors otherwise."""
+        if key == "method":
+            return "method"
+        if key in _RESERVED_FIELDS:
+            raise self._error(loc, f"{key!r} is set by the spec's name, not the matrix")
+        if key == "model" or _is_run_path(key):
+            return "path"
+        all_axes = sorted({a for axes in self.method_axes.values() for a in axes})
+        if key in all_axes:
+            return "axis"
+        fields = sorted(f.name for f in dataclasses.fields(RunConfig) if f.name not in _RESERVED_FIELDS)
+        close = difflib.get_close_matches(key, all_axes + fields, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        config_owners = [m for m in self.method_names
+                         if key in {f.name for f in dataclasses.fields(self.get_method(m).Config)}]
+        extra = (f"; {key!r} is a Config field of {', '.join(config_owners)} but not a declared axis: set it under "
+                 f"methods.<name>.method_config") if config_owners else ""
+        raise self._error(loc, f"unknown matrix key {key!r}{hint}{extra}. Allowed: method, model, a RunConfig field "
+                               f"or dotted path ({', '.join(fields)}), or a method axis ({', '.join(all_axes)})")
+
+    # -- expansion ------------------------------------------------------------------------------
+
+    def expand(self, path: Path) -> ExperimentSpec:
+        model = self.model
+        matrix = {key: (values if isinstance(values, list) else [values]) for key, values in model.matrix.items()}
+        for key in matrix:
+            self._key_kind(key, ("matrix", key))
+        for index, entry in enumerate(model.include):
+            for key in entry:
+                self._key_kind(key, ("include", index, key))
+        for index, entry in enumerate(model.exclude):
+            for key in entry:
+                if key not in matrix:
+                    raise self._error(("exclude", index, key),
+                                      f"exclude key {key!r} is not a matrix key ({', '.join(matrix)})")
+        if "method" not in matrix and not model.include:
+            raise self._error(("matrix",), "no runs: give matrix.method (a list of methods) or include entries")
+        # the method names first: every later check depends on the list of methods
+        for index, method in enumerate(matrix.get("method", [])):
+            self._check_method_name(method, ("matrix", "method", index))
+        for index, entry in enumerate(model.include):
+            methods = entry.get("method", [])
+            for method in (methods if isinstance(methods, list) else [methods]):
+                self._check_method_name(method, ("include", index, "method"))
+        self._check_axes_used(matrix)
+
+        combos: list[tuple[dict, tuple]] = []
+        if "method" in matrix:
+            keys = list(matrix)
+            for values in itertools.product(*(matrix[k] for k in keys)):
+                combo = dict(zip(keys, values))
+                if not any(_matches(combo, entry) for entry in model.exclude):
+                    combos.append((combo, ("matrix",)))
+        for index, entry in enumerate(model.include):
+            # keys the entry does not give range over the matrix's values
+            free = [k for k in matrix if k not in entry]
+            listed = {k: (v if isinstance(v, list) else [v]) for k, v in entry.items()}
+            if "method" not in listed and "method" not in free:
+                raise self._error(("include", index), "include entry needs a method (no matrix.method to range over)")
+            keys = list(listed) + free
+            pools = [listed[k] for k in listed] + [matrix[k] for k in free]
+            for values in itertools.product(*pools):
+                combos.append((dict(zip(keys, values)), ("include", index)))
+
+        runs: dict[str, PlannedRun] = {}
+        duplicates = 0
+        for combo, loc in combos:
+            run = self.resolve(combo, loc)
+            if run.run_id in runs:
+                duplicates += 1
+                continue
+            runs[run.run_id] = run
+        if duplicates:
+            self.notes.append(f"{duplicates} combination(s) collapsed into identical runs (axes a method does not use "
+                              "are dropped)")
+        if not runs:
+            raise self._error(("matrix",), "the spec expands to no runs (everything excluded?)")
+        axis_keys = list(matrix) + [k for entry in model.include for k in entry if k not in matrix]
+        return ExperimentSpec(name=model.name, path=path, description=model.description, launch=model.launch,
+                              runs=list(runs.values()), sweep=model.sweep, axis_keys=list(dict.fromkeys(axis_keys)),
+                              notes=self.notes, _resolver=self, fidelity=model.fidelity)
+
+    def _check_axes_used(self, matrix: dict[str, list]) -> None:
+        """A method axis is dropped for methods that lack it; one that no listed method has would be
+        dropped everywhere, silently: an error (a typo'd method list, or the wrong axis)."""
+        def methods_of(values: Any) -> list:
+            return [m for m in (values if isinstance(values, list) else [values]) if m in self.method_axes]
+
+        listed = methods_of(matrix.get("method", []))
+        for entry in self.model.include:
+            listed += methods_of(entry.get("method", []))
+        entries = [(("matrix", key), key, listed) for key in matrix]
+        in_matrix = methods_of(matrix.get("method", []))  # what an include entry without a method ranges over
+        entries += [(("include", i, key), key, methods_of(entry["method"]) if "method" in entry else in_matrix)
+                    for i, entry in enumerate(self.model.include) for key in entry]
+        for loc, key, methods in entries:
+            if self._key_kind(key, loc) != "axis" or any(key in self.method_axes[m] for m in methods):
+                continue
+            owners = sorted(m for m, axes in self.method_axes.items() if key in axes)
+            raise self._error(loc, f"no listed method ({', '.join(dict.fromkeys(methods))}) has the axis {key!r}, "
+                                   f"so it would vary nothing; methods with it: {', '.join(owners)}")
+
+    def resolve(self, combo: dict[str, Any], loc: tuple) -> PlannedRun:
+        method = combo.get("method")
+        self._check_method_name(method, loc + ("method",))
+        label = ", ".join(f"{k}={v}" for k, v in combo.items())
+        cfg = RunConfig().to_dict()
+        cfg["experiment"] = self.model.name
+        cfg["method"] = method
+        cfg["method_config"] = {}
+        _deep_merge(cfg, self.base)
+        _deep_merge(cfg, self.per_method.get(method, {}))
+        used: dict[str, Any] = {"method": method}
+        method_axes = self.method_axes[method]
+        for key, value in combo.items():
+            if key == "method":
+                continue
+            kind = self._key_kind(key, loc + (key,))
+            if kind == "axis":
+                if key in method_axes:
+                    cfg["method_config"][key] = value
+                    used[key] = value
+                continue
+            _set_path(cfg, "model.name" if key == "model" else key, value)
+            used[key] = value
+
+        # Types of the merged run (matrix values included), then the method's own Config.
+        try:
+            checked = _FullRun.model_validate_json(json.dumps(cfg), strict=True).model_dump()
+        except ValidationError as err:
+            raise ConfigError(f"{self._where(loc)}: run ({label}): "
+                              + str(_format_validation_error(err, "", {}, _FullRun)).lstrip(": ")) from None
+        try:
+            from solbench.method import validate_method_config
+
+            method_cfg = validate_method_config(method, checked["method_config"],
+                                                where=f"{self._where(loc)}: run ({label}): method_config")
+        except ConfigError:
+            raise
+        checked["method_config"] = json.loads(json.dumps(dataclasses.asdict(method_cfg)))
+        self._resolve_micro_batches(checked, loc, label)
+        self._resolve_model_defaults(checked)
+        config = RunConfig.from_dict(checked)
+        self._check_run(config, loc, label)
+        return PlannedRun(config=config, axes=used)
+
+    def _resolve_micro_batches(self, checked: dict, loc: tuple, label: str) -> None:
+        """micro_batch.{rollout,reward,train}: the model's defaults where unset (solbench.models), and
+        ``train`` written into the method's micro_batch_size (the same setting) when it has one."""
+        try:
+            from solbench.models import resolve_micro_batches
+        except ImportError:  # the models part is absent: nothing to resolve against
+            return
+        mc = checked["method_config"]
+        try:
+            checked["micro_batch"] = resolve_micro_batches(checked["model"]["name"], checked.get("micro_batch") or {},
+                                                           mc.get("micro_batch_size"))
+        except ConfigError as err:
+            raise ConfigError(f"{self._where(loc)}: run ({label}): {err}") from None
+        if "micro_batch_size" in mc:
+            mc["micro_batch_size"] = checked["micro_batch"]["train"]
+
+    def _resolve_model_defaults(self, checked: dict) -> None:
+        """A real model's unset text length, prompt instruction and LoRA init written out as its reference
+        defaults (solbench.models.reference_defaults), so the run id says what the run does."""
+        try:
+            from solbench.models import reference_defaults
+        except ImportError:  # the models part is absent
+            return
+        for section, values in reference_defaults(checked["model"]["name"]).items():
+            for key, value in values.items():
+                if checked[section].get(key) is None:
+                    checked[section][key] = value
+
+    def _check_run(self, cfg: RunConfig, loc: tuple, label: str) -> None:
+        """Names against registries, positive counts and batch arithmetic."""
+        where = f"{self._where(loc)}: run ({label})"
+        reg = self.registries
+
+        def fail(key: str, message: str) -> None:
+            raise ConfigError(f"{where}: {key}: {message}")
+
+        def check_name(key: str, value: str, known: list[str] | None, what: str) -> None:
+            if known is not None and value not in known:
+                close = difflib.get_close_matches(value, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                fail(key, f"unknown {what} {value!r}{hint}; allowed: {', '.join(known)}")
+
+        check_name("model.name", cfg.model.name, reg.models, "model")
+        if not cfg.rewards:
+            fail("rewards", "at least one training reward is needed")
+        for reward in cfg.rewards:
+            check_name(f"rewards.{reward}", reward, reg.rewards, "reward")
+        for index, reward in enumerate(cfg.eval.rewards):
+            check_name(f"eval.rewards[{index}]", reward, reg.rewards, "reward")
+        check_name("quant.recipe", cfg.quant.recipe, reg.recipes, "quantization recipe")
+        for key, name in (("train_prompts", cfg.train_prompts), ("eval.prompts", cfg.eval.prompts)):
+            if is_prompt_path(name):
+                # a file: decoded now where it is on this machine (so that no run fails on it in its
+                # worker); one that is not here is looked for at launch (launch.preflight)
+                if reg.prompt_set_size is not None and Path(name).expanduser().is_file():
+                    from solbench.world.prompts import load_prompt_set
+
+                    try:
+                        load_prompt_set(name)
+                    except ConfigError as err:
+                        fail(key, str(err))
+                continue
+            if reg.prompt_set_exists is not None and not reg.prompt_set_exists(name):
+                fail(key, f"unknown prompt set {name!r} (embedded sets are named shapes/<split>; files end in "
+                          ".txt or .jsonl)")
+        # Counts against the sets (a prompt file that is not on this machine is checked at launch).
+        size = reg.prompt_set_size or (lambda name: None)
+        for key, wanted, name in (("prompts_per_iter", cfg.prompts_per_iter, cfg.train_prompts),
+                                  ("eval.n_prompts", cfg.eval.n_prompts, cfg.eval.prompts)):
+            available = size(name)
+            if wanted is not None and available is not None and wanted > available:
+                raise ConfigError(f"{self._key_where(key, cfg.method, loc)}: run ({label}): {key}: {wanted} exceeds "
+                                  f"the {available} prompts of {name!r}")
+        # The tiny model's weights: the shipped ones, a random init or a folder of pretrained weights
+        # (solbench.models._build_tiny).
+        if cfg.model.name == "tiny" and cfg.model.path not in (None, "pretrained", "random"):
+            from solbench.models.tiny import tiny_weights_folder_problem
+
+            problem = tiny_weights_folder_problem(cfg.model.path)
+            if problem:
+                raise ConfigError(f"{self._key_where('model.path', cfg.method, loc)}: run ({label}): model.path: "
+                                  f"{cfg.model.path!r} is no tiny model ({problem}); use pretrained (the shipped "
+                                  "weights, the default), random (an untrained init) or a folder written by "
+                                  "scripts/pretrain_tiny.py --out")
+        for key in ("iterations", "prompts_per_iter", "world_size", "checkpoint_every", "eval.every",
+                    "eval.seeds_per_prompt", "sampling.steps", "sampling.eval_steps", "finetune.grad_accum",
+                    "finetune.lora_rank"):
+            if _get_path(cfg, key) < 1:
+                fail(key, f"must be >= 1, got {_get_path(cfg, key)}")
+        steps = cfg.finetune.optimizer_steps
+        if steps is not None:
+            if steps < 1:
+                fail("finetune.optimizer_steps", f"must be >= 1 or null, got {steps}")
+            if cfg.finetune.grad_accum != 1:
+                fail("finetune.optimizer_steps", f"set either optimizer_steps or grad_accum (got grad_accum="
+                                                 f"{cfg.finetune.grad_accum}): optimizer_steps fixes the steps per iteration")
+            if steps > 1 and not cfg.method_config.get("micro_batch_size"):
+                fail("finetune.optimizer_steps", f"{steps} steps per iteration need method_config.micro_batch_size "
+                                                 "(the batch is one micro-batch without it)")
+        if cfg.eval.n_prompts is not None and cfg.eval.n_prompts < 1:
+            fail("eval.n_prompts", f"must be >= 1 or null (all), got {cfg.eval.n_prompts}")
+        if cfg.finetune.mode not in ("lora", "full"):
+            fail("finetune.mode", f"must be lora or full, got {cfg.finetune.mode!r}")
+        if cfg.finetune.lora_init not in (None, "gaussian", "kaiming"):
+            fail("finetune.lora_init", f"must be gaussian, kaiming or null (the model's default), got "
+                                       f"{cfg.finetune.lora_init!r}")
+        if cfg.finetune.ema_every < 1:
+            fail("finetune.ema_every", f"must be >= 1, got {cfg.finetune.ema_every}")
+        if reg.models is not None:
+            from solbench.models import check_model_settings
+
+            try:
+                check_model_settings(cfg.model)
+            except ConfigError as err:
+                raise ConfigError(f"{where}: {err}") from None
+        if cfg.device not in ("auto", "cpu", "cuda"):
+            fail("device", f"must be auto, cpu or cuda, got {cfg.device!r}")
+        if cfg.quant.backend not in ("emulated", "te", "torch", "auto"):
+            fail("quant.backend", f"must be emulated, te, torch or auto, got {cfg.quant.backend!r}")
+        if cfg.prompts_per_iter % cfg.world_size:
+            fail("prompts_per_iter", f"{cfg.prompts_per_iter} prompt groups do not split over world_size="
+                                     f"{cfg.world_size} ranks; use a multiple of {cfg.world_size}")
+        mc = cfg.method_config
+        if "n" in mc and "k" in mc and not mc["k"] <= mc["n"]:
+            fail("method_config.k", f"K={mc['k']} exceeds N={mc['n']} (K <= N)")
+        trained_per_prompt = mc.get("k", mc.get("group_size"))
+        micro = mc.get("micro_batch_size")
+        if trained_per_prompt is not None and micro:
+            per_rank = cfg.prompts_per_iter // cfg.world_size * trained_per_prompt
+            if per_rank % micro:
+                fail("method_config.micro_batch_size",
+                     f"{micro} does not divide the {per_rank} trained samples per rank "
+                     f"({cfg.prompts_per_iter // cfg.world_size} prompts x {trained_per_prompt})")
+            n_micro = per_rank // micro
+            steps = cfg.finetune.optimizer_steps
+            if steps is not None and (n_micro * cfg.world_size) % steps:
+                fail("finetune.optimizer_steps", f"{steps} does not divide the {n_micro * cfg.world_size} micro-batches "
+                                                 f"per iteration ({cfg.world_size} ranks x {per_rank} samples / "
+                                                 f"micro_batch_size {micro})")
+            if n_micro % cfg.finetune.grad_accum:
+                fail("finetune.grad_accum", f"{cfg.finetune.grad_accum} does not divide the {n_micro} micro-batches "
+                                            f"per iteration ({per_rank} samples / micro_batch_size {micro})")
+
+
+def _is_run_path(key: str) -> bool:
+    parts = key.split(".")
+    current: Any = RunConfig
+    for part in parts:
+        if not (isinstance(current, type) and dataclasses.is_dataclass(current)):
+            return False
+        hints = typing.get_type_hints(current)
+        if part not in hints or part in _RESERVED_FIELDS:
+            return False
+        current = hints[part]
+    return True
+
+
+def _set_path(cfg: dict, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = cfg
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def _get_path(cfg: RunConfig, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _matches(combo: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
+    for key, wanted in entry.items():
+        options = wanted if isinstance(wanted, list) else [wanted]
+        if combo.get(key) not in options:
+            return False
+    return True

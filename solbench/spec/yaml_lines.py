@@ -1,0 +1,85 @@
+"""Spec YAML loading with line numbers: ``load_yaml`` returns the data and the line of every key path.
+
+Floats like 3e-4 stay floats (YAML 1.1 would read a string) and duplicate keys are errors; ``_dotted``
+and ``_nearest_line`` turn a key path into the ``key.path`` and the file line that error messages name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from solbench.errors import ConfigError
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """SafeLoader that reads 1e-4 as a float (YAML 1.1 wants 1.0e-4) and refuses duplicate keys."""
+
+
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                |[-+]?\.(?:inf|Inf|INF)
+                |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def _index_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int], source: str) -> None:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                raise ConfigError(f"{source}:{key_node.start_mark.line + 1}: {_dotted(path + (key,))}: duplicate key "
+                                  f"(first at line {seen[key]})")
+            seen[key] = key_node.start_mark.line + 1
+            _index_lines(value_node, path + (key,), lines, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _index_lines(item, path + (index,), lines, source)
+
+
+def load_yaml(path: str | Path) -> tuple[dict, dict[tuple, int]]:
+    """(data, {key path: line}) of a YAML mapping file; ConfigError on syntax errors or duplicates."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read spec {path}: {err.strerror}") from None
+    try:
+        node = yaml.compose(text, Loader=_SpecLoader)
+        data = yaml.load(text, Loader=_SpecLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {err}") from None
+    lines: dict[tuple, int] = {}
+    if node is not None:
+        _index_lines(node, (), lines, str(path))
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a spec is a YAML mapping (name, base, matrix, ...), got {type(data).__name__}")
+    return data, lines
+
+
+def _dotted(path: Sequence) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "<top>"
+
+
+def _nearest_line(lines: dict[tuple, int], loc: tuple) -> int | None:
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return None
