@@ -147,7 +147,7 @@ def _te_row(rows):
 
 def test_packages_transformer_engine_required_only_by_native_backends(monkeypatch):
     real_version = doctor._version
-    monkeypatch.setattr(doctor, "_version", lambda d: None if "transformer" in d and "engine" in d else real_version(d))
+    monkeypatch.setattr(doctor.packages, "_version", lambda d: None if "transformer" in d and "engine" in d else real_version(d))
     monkeypatch.setattr(doctor.importlib.util, "find_spec", lambda name: None)
     assert _te_row(doctor.check_packages(cuda_available=False)).status == WARN
     row = _te_row(doctor.check_packages(cuda_available=True, need_te=True))
@@ -159,7 +159,7 @@ def test_packages_transformer_engine_required_only_by_native_backends(monkeypatc
 
 
 def test_packages_installed_te_without_cuda_cannot_be_imported(monkeypatch):
-    monkeypatch.setattr(doctor, "_version", lambda d: "2.8.0" if "engine" in d else "1.0")
+    monkeypatch.setattr(doctor.packages, "_version", lambda d: "2.8.0" if "engine" in d else "1.0")
     assert _te_row(doctor.check_packages(cuda_available=False)).status == INFO
     assert _te_row(doctor.check_packages(cuda_available=False, need_te=True)).status == FAIL
 
@@ -446,11 +446,11 @@ def test_cli_doctor_rows_fit_80_columns(tmp_path, capsys, monkeypatch):
 def test_packages_te_installed_but_not_importing_is_reported_with_the_error(monkeypatch):
     """doctor imports transformer_engine.pytorch itself: an installed TE built against another torch or
     CUDA fails there, and the row carries TE's error and the documented reinstall command."""
-    monkeypatch.setattr(doctor, "_version", lambda d: "2.8.0" if "engine" in d else "1.0")
-    monkeypatch.setattr(doctor, "te_import_error", lambda: "OSError: libcudnn.so.9: cannot open shared object file")
+    monkeypatch.setattr(doctor.packages, "_version", lambda d: "2.8.0" if "engine" in d else "1.0")
+    monkeypatch.setattr(doctor.packages, "te_import_error", lambda: "OSError: libcudnn.so.9: cannot open shared object file")
     row = _te_row(doctor.check_packages(cuda_available=True, need_te=True))
     assert row.status == FAIL and "libcudnn.so.9" in row.detail and "--no-build-isolation" in row.fix
-    monkeypatch.setattr(doctor, "te_import_error", lambda: None)
+    monkeypatch.setattr(doctor.packages, "te_import_error", lambda: None)
     assert _te_row(doctor.check_packages(cuda_available=True, need_te=True)).status == OK
 
 

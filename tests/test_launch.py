@@ -125,7 +125,7 @@ def test_a_run_that_finishes_while_its_liveness_is_checked_reads_done_not_interr
     # wait_for_runs returned on it. The check must read the status again before saying so.
     import socket
 
-    import solbench.launch as launch
+    import solbench.launch.states as launch
 
     spec = load_spec(spec_path)
     run = spec.runs[0]
@@ -244,7 +244,7 @@ def test_code_snapshot_has_the_installed_layout_is_shared_and_imports_first(tmp_
     snapshot = snapshot_code(tmp_path / ".code")
     assert snapshot_code(tmp_path / ".code") == snapshot  # identical code: one snapshot
     assert len([p for p in (tmp_path / ".code").iterdir()]) == 1
-    for rel in ("solbench/launch.py", "solbench/methods/sol_rl.py", "solbench/methods/flow_grpo.py",
+    for rel in ("solbench/launch/__init__.py", "solbench/methods/sol_rl.py", "solbench/methods/flow_grpo.py",
                 "solbench/world/prompts/shapes_train.jsonl", "solbench/assets/tiny_t2i.safetensors"):
         assert (snapshot / rel).is_file(), rel
     source = Path(solbench.methods.__file__).parent / "sol_rl.py"
@@ -269,7 +269,7 @@ def test_code_snapshot_has_the_installed_layout_is_shared_and_imports_first(tmp_
 def test_local_workers_auto_is_one_run_per_core_and_the_setting_can_be_overridden(monkeypatch):
     """Catches: "auto" oversubscribing (more runs than cores, or several threads per run times one
     run per core), GPU machines running several runs on one GPU, or a bad override passing silently."""
-    import solbench.launch as launch
+    import solbench.launch.local as launch
     from solbench.errors import ConfigError
 
     monkeypatch.setattr(launch, "available_cores", lambda: [0, 1, 2, 3])

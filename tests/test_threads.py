@@ -105,7 +105,7 @@ def test_a_run_records_the_threads_it_was_given(tmp_path, monkeypatch):
         seen["threads"] = torch.get_num_threads()
         return {"ok": True}
 
-    monkeypatch.setattr("solbench.launch.resolve_run_fn", lambda name: fake_run)
+    monkeypatch.setattr("solbench.launch.execute.resolve_run_fn", lambda name: fake_run)
     task = RunTask(run_dir=str(tmp_path / "run"), config=cfg.to_dict(), run_fn="x:y")
     assert execute_run(task)["state"] == "done"
     env = json.loads((tmp_path / "run" / "env.json").read_text())

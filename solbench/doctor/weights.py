@@ -1,0 +1,140 @@
+"""Weight checks: the real models' and rewards' files in the Hugging Face cache or a local directory,
+never downloading, and the table of real models (repository, licence, sizes for the memory model).
+
+Every component of the three real models' pipelines is checked (solbench.model_files: transformer,
+VAE, text encoders, tokenizers, scheduler, each shard of sharded weights), and the reward weights of
+solbench.rewards.real; a missing one comes with its download command (solbench.hub).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from solbench.hub import model_download_command
+from solbench.model_files import missing_files
+
+from .rows import FAIL, OK, WARN, Row
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """A real model's Hugging Face repository and a memory profile for the estimates."""
+
+    key: str  # ModelConfig.name
+    label: str
+    repo_id: str
+    gated: bool
+    licence: str
+    transformer_b: float  # parameters of the policy transformer, billions
+    frozen_b: float  # text encoders + VAE, billions
+    # activation model (docs/real-models.md, "Memory per rank"): transformer blocks, hidden width,
+    # text tokens in the joint sequence, latent pixels per token side at the native resolution
+    blocks: int = 0
+    hidden: int = 0
+    text_tokens: int = 0
+    pixels_per_token: int = 16  # VAE downsampling x patch size
+    native_resolution: int = 1024
+    cfg: bool = False  # classifier-free guidance: two forwards per sample (rollouts and losses)
+    lora_params_per_rank_m: float = 0.0  # LoRA parameters per unit of rank on the default targets, millions
+    vae_decode_gb_1024: float = 1.5  # VAE decoder activation per image at 1024 px, bf16
+
+
+# FLUX: 19 double + 38 single blocks of width 3072, 512 T5 tokens joined to the image tokens, VAE /8
+# and 2x2 patches, guidance distilled (one forward). LoRA on to_q/k/v/to_out.0: 19 x 4 + 38 x 3 layers
+# of 3072 -> 3072, r (in + out) each. SD3.5-Large: 38 joint blocks of 2432, 77 CLIP + 256 T5 tokens, CFG;
+# LoRA on 38 x 4 layers. SANA 1.5 1.6B: 20 blocks of 2240 over image tokens only (DC-AE /32, patch 1),
+# 300 Gemma tokens by cross-attention, CFG; LoRA on 20 x 8 layers (self and cross attention).
+MODEL_WEIGHTS: dict[str, ModelWeights] = {
+    "flux": ModelWeights("flux", "FLUX.1-dev", "black-forest-labs/FLUX.1-dev", True,
+                         "FLUX.1 [dev] Non-Commercial License (accept on the model page)", 11.9, 4.9,
+                         blocks=57, hidden=3072, text_tokens=512, pixels_per_token=16, cfg=False,
+                         lora_params_per_rank_m=190 * 6144 / 1e6, vae_decode_gb_1024=1.6),
+    "sd3": ModelWeights("sd3", "SD3.5-Large", "stabilityai/stable-diffusion-3.5-large", True,
+                        "Stability AI Community License (accept on the model page)", 8.1, 5.6,
+                        blocks=38, hidden=2432, text_tokens=333, pixels_per_token=16, cfg=True,
+                        lora_params_per_rank_m=152 * 4864 / 1e6, vae_decode_gb_1024=1.6),
+    "sana": ModelWeights("sana", "SANA-1.5 1.6B", "Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers", False,
+                         "see the model card (NVIDIA, non-commercial)", 1.6, 2.9,
+                         blocks=20, hidden=2240, text_tokens=0, pixels_per_token=32, cfg=True,
+                         lora_params_per_rank_m=160 * 4480 / 1e6, vae_decode_gb_1024=1.2),
+}
+EMBEDDED_MODELS = ("tiny",)  # ship with solbench: nothing to download
+
+
+def file_present(repo_or_dir: str, filename: str, cache_dir: str | os.PathLike | None = None) -> str | None:
+    """Path of ``filename`` if a local directory or the HF cache has it; never downloads.
+
+    ``filename`` may list alternatives separated by ``|``.
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in filename.split("|"):
+        local = Path(repo_or_dir).expanduser()
+        if local.is_dir():
+            if (local / name).is_file():
+                return str(local / name)
+            continue
+        try:
+            hit = try_to_load_from_cache(repo_or_dir, name, cache_dir=cache_dir)
+        except Exception:  # invalid repo id and the like
+            hit = None
+        if isinstance(hit, str) and Path(hit).is_file():
+            return hit
+    return None
+
+
+def check_model_weights(models: Mapping[str, str | None] | None = None, *, required: bool = False,
+                        cache_dir: str | os.PathLike | None = None) -> list[Row]:
+    """Rows for real models: ``models`` maps model name -> local path/repo override (None = default).
+
+    Without ``models``, all three real models are listed (as warnings when missing).
+    """
+    if models is None:
+        models = {key: None for key in MODEL_WEIGHTS}
+    rows = []
+    for key, override in models.items():
+        if key in EMBEDDED_MODELS:
+            rows.append(Row("models", key, OK, "embedded in solbench (no download)"))
+            continue
+        mw = MODEL_WEIGHTS.get(key)
+        if mw is None:
+            rows.append(Row("models", key, WARN, "unknown model: presence not checked"))
+            continue
+        source = override or mw.repo_id
+        missing = missing_files(key, lambda name: file_present(source, name, cache_dir))  # every component
+        label = f"{mw.label} ({source})"
+        if not missing:
+            rows.append(Row("models", key, OK, f"{label}: present"))
+        else:
+            gate = " Gated: accept the licence on huggingface.co, then `hf auth login`." if mw.gated else ""
+            fix = model_download_command(mw.repo_id) if override is None or not Path(override).expanduser().is_dir() \
+                else f"complete the local directory {override}"
+            rows.append(Row("models", key, FAIL if required else WARN,
+                            f"{label}: missing {', '.join(missing[:2])}{'...' if len(missing) > 2 else ''}.{gate}", fix))
+    return rows
+
+
+def check_reward_weights(names: Iterable[str] | None = None, *, required: bool = False,
+                         cache_dir: str | os.PathLike | None = None) -> list[Row]:
+    """Rows for the real rewards' weights (solbench.rewards.real.WEIGHTS); other rewards are embedded."""
+    from solbench.rewards.real import WEIGHTS
+
+    names = list(WEIGHTS) if names is None else list(names)
+    rows = []
+    for name in names:
+        sources = WEIGHTS.get(name)
+        if sources is None:
+            rows.append(Row("rewards", name, OK, "embedded reward (no weights to download)"))
+            continue
+        missing = [(s, [f for f in s.files if not file_present(s.repo_id, f, cache_dir)]) for s in sources]
+        missing = [(s, fs) for s, fs in missing if fs]
+        if not missing:
+            rows.append(Row("rewards", name, OK, "present: " + ", ".join(s.repo_id for s in sources)))
+            continue
+        detail = "; ".join(f"{s.repo_id} lacks {', '.join(fs)}" for s, fs in missing)
+        fix = " && ".join(s.command() for s, _ in missing)
+        rows.append(Row("rewards", name, FAIL if required else WARN, detail, fix))
+    return rows
