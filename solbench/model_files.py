@@ -6,7 +6,7 @@ of them here, so a download that lacks a text encoder (an interrupted ``hf downl
 ``--include``) fails the doctor instead of the run at launch. Sharded weights are checked shard by
 shard: an index names its shards (``weight_map``) and every one must be there.
 
-The layouts are those of the published repositories (FLUX.1-dev, SD3.5-Large and SANA-1.5 1.6B in
+The layouts are those of the published repositories (FLUX.1-dev, SD3.5-Large, SANA 1.0 and SANA-1.5 1.6B in
 diffusers format); ``a|b`` means either file.
 """
 
@@ -44,8 +44,10 @@ COMPONENTS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
-def missing_files(model: str, find: Callable[[str], str | None]) -> list[str]:
+def missing_files(model: str, find: Callable[[str], str | None], *, transformer_weights: bool = True) -> list[str]:
     """The files of ``model``'s pipeline that are absent, as paths inside the repository.
+    ``transformer_weights=False``: the transformer comes from elsewhere (model.checkpoint), so its folder
+    needs only its config.json.
 
     ``find(relative_path)`` returns the local path of a file (alternatives with ``|``) or None
     (solbench.doctor.file_present bound to a repository or folder). ``model_index.json`` comes first,
@@ -53,6 +55,8 @@ def missing_files(model: str, find: Callable[[str], str | None]) -> list[str]:
     """
     missing = [] if find("model_index.json") else ["model_index.json"]
     for folder, files in COMPONENTS[model].items():
+        if folder == "transformer" and not transformer_weights:
+            files = ("config.json",)
         for name in files:
             wanted = "|".join(f"{folder}/{alt}" for alt in name.split("|"))
             found = find(wanted)

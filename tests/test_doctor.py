@@ -8,8 +8,12 @@ import textwrap
 import pytest
 import torch
 
+from pathlib import Path
+
 from solbench import doctor
 from solbench.doctor import FAIL, INFO, OK, WARN
+
+ROOT = Path(__file__).resolve().parents[1]
 
 GIB = 2**30
 
@@ -107,6 +111,9 @@ def test_native_formats_by_compute_capability(cap, nvfp4, fp8, bf16):
 
 
 def test_recipe_format():
+    # Bug caught: the format was read off the recipe's name, so te_delayed_e2m1_flux (per-tensor FP8 E5M2, what
+    # Sol-RL's public code runs) needed no low-precision format at all and a GPU without FP8 passed the doctor.
+    assert doctor.recipe_format("te_delayed_e2m1_flux") == "FP8"
     assert doctor.recipe_format("nvfp4_flux") == "NVFP4"
     assert doctor.recipe_format("mxfp4_tiny") == "MXFP4"
     assert doctor.recipe_format("fp8_sd3") == "FP8"
@@ -214,12 +221,35 @@ def test_model_weights_gated_missing_and_local_directory(tmp_path):
     assert bad.status == FAIL and "vae/config.json" in bad.detail and str(local) in bad.fix
 
 
+def test_sana_checkpoint_is_checked_and_its_pipeline_needs_no_transformer_weights(tmp_path):
+    """Bugs caught (issue 23): sana_main's transformer comes from model.checkpoint (the linear-FFN SANA_LinearFFN.pth),
+    which the doctor never looked for, so a machine without it passed the doctor and failed at launch; and the
+    doctor asked for the pipeline's transformer weights (3 GB) the run never loads."""
+    from solbench.models.sana_linear import DEFAULT_CHECKPOINT, DEFAULT_PIPELINE
+
+    needs = doctor.spec_needs(ROOT / "experiments" / "sana_main.yaml")
+    assert needs.checkpoints == {"sana": DEFAULT_CHECKPOINT}
+    assert doctor.MODEL_WEIGHTS["sana"].repo_id == DEFAULT_PIPELINE == doctor.default_source("sana", DEFAULT_CHECKPOINT)
+    files = [f for f in _pipeline_files("sana") if not (f.startswith("transformer/") and f != "transformer/config.json")]
+    cache = _cache(tmp_path, {DEFAULT_PIPELINE: files})
+    pipeline, checkpoint = doctor.check_model_weights(needs.models, required=True, cache_dir=cache,
+                                                      checkpoints=needs.checkpoints)
+    assert pipeline.status == OK, pipeline
+    assert checkpoint.status == FAIL and "SANA_LinearFFN.pth" in checkpoint.detail
+    assert checkpoint.fix == "hf download yitongl/SANA_LinearFFN --include 'SANA_LinearFFN.pth'"
+    _cache(tmp_path, {"yitongl/SANA_LinearFFN": ["SANA_LinearFFN.pth"]})
+    assert doctor.check_model_weights(needs.models, required=True, cache_dir=cache,
+                                      checkpoints=needs.checkpoints)[1].status == OK
+    # without the checkpoint the run loads the transformer from the pipeline: its weights are needed again
+    assert doctor.check_model_weights(needs.models, required=True, cache_dir=cache)[0].status == FAIL
+
+
 @pytest.mark.parametrize("model, component", [("flux", "text_encoder_2"), ("sd3", "text_encoder_3"),
                                                ("sana", "text_encoder"), ("flux", "tokenizer")])
 def test_model_weights_missing_a_text_encoder_or_tokenizer_fail(tmp_path, model, component):
     """Bug: the doctor checked only the transformer's and the VAE's files, so a download without its
     text encoders passed the doctor and stopped the run at launch (FluxPipeline.from_pretrained)."""
-    cache = _cache(tmp_path, {doctor.MODEL_WEIGHTS[model].repo_id: [
+    cache = _cache(tmp_path, {doctor.default_source(model): [
         f for f in _pipeline_files(model) if not f.startswith(component + "/")]})
     row = doctor.check_model_weights({model: None}, required=True, cache_dir=cache)[0]
     assert row.status == FAIL and f"{component}/" in row.detail, row

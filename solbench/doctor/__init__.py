@@ -50,7 +50,8 @@ from .needs import (MemoryProfile, SpecNeeds, _add_run, _merged, _minimal_spec_n
 from .packages import (GPU_EXTRA, REFERENCE_REWARD_PACKAGES, TE_INSTALL, _version, check_packages,
                        te_import_error)
 from .rows import FAIL, INFO, OK, WARN, Row
-from .weights import EMBEDDED_MODELS, MODEL_WEIGHTS, ModelWeights, check_model_weights, check_reward_weights, file_present
+from .weights import (EMBEDDED_MODELS, MODEL_WEIGHTS, ModelWeights, check_checkpoint, check_model_weights,
+                      check_reward_weights, checkpoint_present, default_source, file_present)
 
 __all__ = [
     "OK", "WARN", "FAIL", "INFO", "Row", "SpecNeeds", "ModelWeights", "MODEL_WEIGHTS", "EMBEDDED_MODELS",
@@ -79,7 +80,7 @@ def run_checks(spec: str | os.PathLike | None = None, *, cuda: Any = None,
     else:
         rows += check_spec(needs, cuda)
         rows += check_prompt_files(needs)
-        rows += check_model_weights(needs.models, required=True, cache_dir=cache_dir)
+        rows += check_model_weights(needs.models, required=True, cache_dir=cache_dir, checkpoints=needs.checkpoints)
         rows += check_reward_weights(sorted(needs.rewards), required=True, cache_dir=cache_dir)
         rows += check_memory(needs, cuda)
     return rows

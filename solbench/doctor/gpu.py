@@ -23,8 +23,13 @@ def native_formats(major: int, minor: int) -> list[str]:
 
 
 def recipe_format(recipe: str) -> str | None:
-    """The low-precision format a quantization recipe name stands for (``nvfp4_flux`` -> NVFP4)."""
-    name = recipe.lower()
+    """The low-precision format a quantization recipe runs in (``nvfp4_flux`` -> NVFP4,
+    ``te_delayed_e2m1_flux`` -> FP8: its recipe object's format is fp8_e5m2), from the recipe object when the
+    name is registered, else from the name; None for a recipe that quantizes nothing."""
+    from solbench.quant.recipes import RECIPES
+
+    known = RECIPES.get(recipe)
+    name = (known.format if known is not None else recipe).lower()
     for fmt in ("nvfp4", "mxfp4", "fp8"):
         if name.startswith(fmt) or f"_{fmt}" in name:
             return fmt.upper()

@@ -26,6 +26,7 @@ class SpecNeeds:
 
     path: str = ""
     models: dict[str, str | None] = field(default_factory=dict)  # name -> path override
+    checkpoints: dict[str, str] = field(default_factory=dict)  # name -> model.checkpoint (its transformer's file)
     rewards: set[str] = field(default_factory=set)  # training and eval rewards
     formats: set[str] = field(default_factory=set)  # formats of the explore recipes
     native: bool = False  # some run uses quant backend te/torch/auto without emulated fallback
@@ -69,6 +70,8 @@ def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
     model = run.get("model") or {}
     name = model.get("name", "tiny")
     needs.models.setdefault(name, model.get("path"))
+    if model.get("checkpoint"):
+        needs.checkpoints.setdefault(name, str(model["checkpoint"]))
     needs.rewards.update((run.get("rewards") or {}).keys())
     needs.rewards.update((run.get("eval") or {}).get("rewards") or [])
     quant = run.get("quant") or {}

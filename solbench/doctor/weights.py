@@ -45,8 +45,9 @@ class ModelWeights:
 # FLUX: 19 double + 38 single blocks of width 3072, 512 T5 tokens joined to the image tokens, VAE /8
 # and 2x2 patches, guidance distilled (one forward). LoRA on to_q/k/v/to_out.0: 19 x 4 + 38 x 3 layers
 # of 3072 -> 3072, r (in + out) each. SD3.5-Large: 38 joint blocks of 2432, 77 CLIP + 256 T5 tokens, CFG;
-# LoRA on 38 x 4 layers. SANA 1.5 1.6B: 20 blocks of 2240 over image tokens only (DC-AE /32, patch 1),
-# 300 Gemma tokens by cross-attention, CFG; LoRA on 20 x 8 layers (self and cross attention).
+# LoRA on 38 x 4 layers. SANA: the linear-FFN SANA 1.0 1.6B Sol-RL trains (sana_main's model.checkpoint on the
+# Sana_1600M pipeline; solbench.models.sana_linear), 20 blocks of 2240 over image tokens only (DC-AE /32,
+# patch 1), 300 Gemma tokens by cross-attention, CFG; LoRA on 20 x 8 layers (self and cross attention).
 MODEL_WEIGHTS: dict[str, ModelWeights] = {
     "flux": ModelWeights("flux", "FLUX.1-dev", "black-forest-labs/FLUX.1-dev", True,
                          "FLUX.1 [dev] Non-Commercial License (accept on the model page)", 11.9, 4.9,
@@ -56,7 +57,8 @@ MODEL_WEIGHTS: dict[str, ModelWeights] = {
                         "Stability AI Community License (accept on the model page)", 8.1, 5.6,
                         blocks=38, hidden=2432, text_tokens=333, pixels_per_token=16, cfg=True,
                         lora_params_per_rank_m=152 * 4864 / 1e6, vae_decode_gb_1024=1.6),
-    "sana": ModelWeights("sana", "SANA-1.5 1.6B", "Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers", False,
+    "sana": ModelWeights("sana", "SANA 1.0 1.6B (linear FFN)", "Efficient-Large-Model/Sana_1600M_1024px_BF16_diffusers",
+                         False,
                          "see the model card (NVIDIA, non-commercial)", 1.6, 2.9,
                          blocks=20, hidden=2240, text_tokens=0, pixels_per_token=32, cfg=True,
                          lora_params_per_rank_m=160 * 4480 / 1e6, vae_decode_gb_1024=1.2),
@@ -86,14 +88,58 @@ def file_present(repo_or_dir: str, filename: str, cache_dir: str | os.PathLike |
     return None
 
 
+def default_source(key: str, checkpoint: str | None = None) -> str:
+    """The repository a run of model ``key`` loads when its spec gives no model.path: SANA without
+    model.checkpoint loads the adapter's own default (SANA-1.5), with one the linear-FFN pipeline."""
+    if key == "sana" and checkpoint is None:
+        from solbench.models.sana import DEFAULT_ID
+
+        return DEFAULT_ID
+    return MODEL_WEIGHTS[key].repo_id
+
+
+def checkpoint_present(checkpoint: str, cache_dir: str | os.PathLike | None = None) -> str | None:
+    """Path of a model.checkpoint (a local file, or ``<repo id>/<file>`` in the Hugging Face cache) if it is
+    here; never downloads."""
+    local = Path(checkpoint).expanduser()
+    if local.is_file():
+        return str(local)
+    parts = checkpoint.split("/")
+    if len(parts) >= 3 and not checkpoint.startswith(("/", ".", "~")):
+        return file_present("/".join(parts[:2]), "/".join(parts[2:]), cache_dir)
+    return None
+
+
+def check_checkpoint(key: str, checkpoint: str, *, required: bool = False,
+                     cache_dir: str | os.PathLike | None = None) -> Row:
+    """The row of a spec's model.checkpoint (the native SANA checkpoint Sol-RL's SANA runs load)."""
+    found = checkpoint_present(checkpoint, cache_dir)
+    if found:
+        return Row("models", f"{key} checkpoint", OK, f"model.checkpoint {checkpoint}: present ({found})")
+    parts = checkpoint.split("/")
+    if len(parts) >= 3 and not checkpoint.startswith(("/", ".", "~")):
+        from solbench.hub import download_command
+
+        fix = download_command("/".join(parts[:2]), ["/".join(parts[2:])])
+    else:
+        fix = "set model.checkpoint to an existing file"
+    return Row("models", f"{key} checkpoint", FAIL if required else WARN,
+               f"model.checkpoint {checkpoint}: not found (a local file, or <repo id>/<file> in the Hugging Face "
+               "cache; nothing is downloaded at run time)", fix)
+
+
 def check_model_weights(models: Mapping[str, str | None] | None = None, *, required: bool = False,
-                        cache_dir: str | os.PathLike | None = None) -> list[Row]:
-    """Rows for real models: ``models`` maps model name -> local path/repo override (None = default).
+                        cache_dir: str | os.PathLike | None = None,
+                        checkpoints: Mapping[str, str] | None = None) -> list[Row]:
+    """Rows for real models: ``models`` maps model name -> local path/repo override (None = default);
+    ``checkpoints`` model name -> model.checkpoint, whose transformer comes from that file (the pipeline's
+    transformer folder then needs only its config) and is checked on its own row.
 
     Without ``models``, all three real models are listed (as warnings when missing).
     """
     if models is None:
         models = {key: None for key in MODEL_WEIGHTS}
+    checkpoints = dict(checkpoints or {})
     rows = []
     for key, override in models.items():
         if key in EMBEDDED_MODELS:
@@ -103,17 +149,22 @@ def check_model_weights(models: Mapping[str, str | None] | None = None, *, requi
         if mw is None:
             rows.append(Row("models", key, WARN, "unknown model: presence not checked"))
             continue
-        source = override or mw.repo_id
-        missing = missing_files(key, lambda name: file_present(source, name, cache_dir))  # every component
-        label = f"{mw.label} ({source})"
+        checkpoint = checkpoints.get(key)
+        default = default_source(key, checkpoint)
+        source = override or default
+        missing = missing_files(key, lambda name: file_present(source, name, cache_dir),  # every component
+                                transformer_weights=checkpoint is None)
+        label = f"{mw.label if default == mw.repo_id else key} ({source})"
         if not missing:
             rows.append(Row("models", key, OK, f"{label}: present"))
         else:
             gate = " Gated: accept the licence on huggingface.co, then `hf auth login`." if mw.gated else ""
-            fix = model_download_command(mw.repo_id) if override is None or not Path(override).expanduser().is_dir() \
+            fix = model_download_command(default) if override is None or not Path(override).expanduser().is_dir() \
                 else f"complete the local directory {override}"
             rows.append(Row("models", key, FAIL if required else WARN,
                             f"{label}: missing {', '.join(missing[:2])}{'...' if len(missing) > 2 else ''}.{gate}", fix))
+        if checkpoint is not None:
+            rows.append(check_checkpoint(key, checkpoint, required=required, cache_dir=cache_dir))
     return rows
 
 
