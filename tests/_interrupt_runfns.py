@@ -2,9 +2,10 @@
 
 ``sigterm_at_eval``: solbench.trainer.train_run, except that the first run of the experiment to finish
 the evaluation of step SOLBENCH_TEST_SIGTERM_AT sends SIGTERM to its own process there: its eval rows
-are written, the checkpoint of that step is not. Once per experiment folder (a marker file), so the
-resumed attempt runs through; before the signal it waits until every other run of the experiment has
-a checkpoint, so that each run has started (and recorded its setting) when the attempt dies.
+are written, the checkpoint of that step is not. Once per experiment folder (a marker file); a resumed
+attempt runs without SOLBENCH_TEST_SIGTERM_AT and so runs through. Before the signal it waits until every
+other run of the experiment has a checkpoint, so that each run has started (and recorded its setting) when
+the attempt dies; another run that reaches that evaluation after the signal waits there to be stopped.
 """
 
 from __future__ import annotations
@@ -30,7 +31,13 @@ def sigterm_at_eval(cfg: RunConfig, store: RunStore, progress=None) -> dict:
         try:
             os.close(os.open(experiment / ".sigterm-sent", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
-            return  # sent once already: this is the resumed attempt, or the other run
+            # sent already by another run of this attempt (a resumed attempt has no SOLBENCH_TEST_SIGTERM_AT): wait
+            # here to be stopped with it, so that no run of the interrupted attempt finishes however the two
+            # workers are scheduled
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                time.sleep(0.2)
+            raise RuntimeError("the interrupted attempt's workers were never stopped")
         others = [d for d in experiment.iterdir() if d.is_dir() and d != store.run_dir and (d / "spec.json").exists()]
         deadline = time.monotonic() + 300
         while not all(RunStore(d, d.name).has_checkpoint() for d in others):

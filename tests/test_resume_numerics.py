@@ -79,7 +79,9 @@ def test_sigterm_at_an_eval_then_a_resume_with_another_worker_count_gives_the_un
     assert first.returncode == 1 and "did not finish" in first.stdout, first.stdout + first.stderr[-3000:]
     stores = [RunStore(spec.run_dir(interrupted, r.run_id), r.run_id) for r in spec.runs]
     assert (interrupted / "numresume" / ".sigterm-sent").exists()
-    assert all(s.read_status()["state"] == "running" and s.has_checkpoint() for s in stores)
+    seen = {s.run_id: (s.read_status(), [step for step, _ in s.checkpoint_files()]) for s in stores}
+    assert all(status["state"] == "running" and ckpts for status, ckpts in seen.values()), \
+        (seen, first.stdout[-2000:], first.stderr[-3000:])
     stopped_at = [s.latest_checkpoint()[0] for s in stores]
     assert min(stopped_at) < spec.runs[0].config.iterations  # a resume has steps left to compute
 
