@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -158,6 +158,7 @@ def test_mxfp4_is_idempotent(x):
 
 @SETTINGS
 @given(x=bounded_range_arrays(), block=st.sampled_from([(1, 16), (16, 16)]))
+@example(x=np.array([[0.66796875], [0.5]], dtype=np.float32), block=(1, 16))  # the global scale moves by 1 ulp
 def test_nvfp4_is_idempotent(x, block):
     q = quantize(torch.from_numpy(x), "nvfp4", block)
     again = quantize(q.dequantize(), "nvfp4", block)
@@ -169,7 +170,12 @@ def test_nvfp4_is_idempotent(x, block):
     second[second == 8] = 0
     assert torch.equal(first, second)
     x_hat, x_hat2 = q.dequantize().numpy(), again.dequantize().numpy()
-    assert (np.abs(x_hat2 - x_hat) <= 2 * np.spacing(np.abs(x_hat))).all()
+    # Codes and block scales come back exactly (above). The values may move by a few ulps: the tensor's amax
+    # is itself a decoded value (within 1 ulp of the input's), so the global scale S_dec can move by about one
+    # part in 2^23, and each value is e2m1 x fp32(s_b x S_dec): a relative change of that size plus two
+    # roundings. Bounded relative to the value, not in its own ulps: x = [[0.66796875], [0.5]] (hypothesis)
+    # moves 0.47712055 by 3 of its ulps (its mantissa is small, so an ulp is a larger share of it).
+    assert (np.abs(x_hat2 - x_hat) <= 4 * np.finfo(np.float32).eps * np.abs(x_hat)).all()
 
 
 @SETTINGS
