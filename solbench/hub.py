@@ -27,6 +27,15 @@ MODEL_DOWNLOAD_EXCLUDES: dict[str, tuple[str, ...]] = {
 }
 
 
+def hub_file(reference: str) -> tuple[str, str] | None:
+    """(repo id, file in it) of a ``<owner>/<repo>/<path in repo>`` reference (model.checkpoint's form for a
+    file in the Hugging Face cache); None for a local path (absolute, relative or ~) or anything shorter."""
+    parts = reference.split("/")
+    if len(parts) >= 3 and not reference.startswith(("/", ".", "~")):
+        return "/".join(parts[:2]), "/".join(parts[2:])
+    return None
+
+
 def download_command(repo_id: str, include: Sequence[str] = ()) -> str:
     """The shell command that puts ``repo_id`` (or the ``include`` patterns of it) in the HF cache.
 

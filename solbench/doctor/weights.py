@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from solbench.hub import model_download_command
+from solbench.hub import download_command, hub_file, model_download_command
 from solbench.model_files import missing_files
 
 from .rows import FAIL, OK, WARN, Row
@@ -104,10 +104,8 @@ def checkpoint_present(checkpoint: str, cache_dir: str | os.PathLike | None = No
     local = Path(checkpoint).expanduser()
     if local.is_file():
         return str(local)
-    parts = checkpoint.split("/")
-    if len(parts) >= 3 and not checkpoint.startswith(("/", ".", "~")):
-        return file_present("/".join(parts[:2]), "/".join(parts[2:]), cache_dir)
-    return None
+    in_hub = hub_file(checkpoint)
+    return file_present(*in_hub, cache_dir) if in_hub else None
 
 
 def check_checkpoint(key: str, checkpoint: str, *, required: bool = False,
@@ -116,13 +114,8 @@ def check_checkpoint(key: str, checkpoint: str, *, required: bool = False,
     found = checkpoint_present(checkpoint, cache_dir)
     if found:
         return Row("models", f"{key} checkpoint", OK, f"model.checkpoint {checkpoint}: present ({found})")
-    parts = checkpoint.split("/")
-    if len(parts) >= 3 and not checkpoint.startswith(("/", ".", "~")):
-        from solbench.hub import download_command
-
-        fix = download_command("/".join(parts[:2]), ["/".join(parts[2:])])
-    else:
-        fix = "set model.checkpoint to an existing file"
+    in_hub = hub_file(checkpoint)
+    fix = download_command(in_hub[0], [in_hub[1]]) if in_hub else "set model.checkpoint to an existing file"
     return Row("models", f"{key} checkpoint", FAIL if required else WARN,
                f"model.checkpoint {checkpoint}: not found (a local file, or <repo id>/<file> in the Hugging Face "
                "cache; nothing is downloaded at run time)", fix)

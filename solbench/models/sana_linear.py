@@ -57,6 +57,7 @@ import torch
 from torch import Tensor, nn
 
 from solbench.errors import ConfigError, MissingWeightsError
+from solbench.hub import download_command, hub_file
 
 DEFAULT_CHECKPOINT = "yitongl/SANA_LinearFFN/SANA_LinearFFN.pth"  # configs/sol_rl/sana.py native_model_source
 DEFAULT_PIPELINE = "Efficient-Large-Model/Sana_1600M_1024px_BF16_diffusers"  # train_sana.py: text encoder, VAE
@@ -221,16 +222,14 @@ def resolve_checkpoint(checkpoint: str) -> Path:
     local = Path(checkpoint).expanduser()
     if local.is_file():
         return local
-    parts = checkpoint.split("/")
-    if len(parts) >= 3 and not checkpoint.startswith(("/", ".", "~")):
+    in_hub = hub_file(checkpoint)
+    if in_hub:
         from huggingface_hub import try_to_load_from_cache
 
-        repo, filename = "/".join(parts[:2]), "/".join(parts[2:])
+        repo, filename = in_hub
         hit = try_to_load_from_cache(repo, filename)
         if isinstance(hit, str) and Path(hit).is_file():
             return Path(hit)
-        from solbench.rewards.real import download_command
-
         raise MissingWeightsError(f"model.checkpoint: {filename} of {repo} is not in the Hugging Face cache (nothing is "
                                   f"downloaded at run time). Get it with `{download_command(repo, [filename])}`, "
                                   "or set model.checkpoint to a local file.")
