@@ -320,8 +320,11 @@ def test_a_signal_to_the_launcher_alone_stops_its_workers_and_leaves_no_semaphor
     results = tmp_path / "results"
     cmd = [sys.executable, "-m", "solbench", "run", str(spec_path), "--results", str(results), "--quiet",
            "--no-report", "--workers", "2", "--run-fn", "_runfns:rendezvous_run"]
+    # SIGINT as an interactive shell leaves it: a test session started as a background job (`pytest &` in a
+    # script) inherits SIGINT ignored, and the launcher would never see the signal
     proc = subprocess.Popen(cmd, env=solbench_env(SOLBENCH_TEST_STEP_S="3"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     spec = load_spec(spec_path)
     runs = stores(spec, results)
     deadline = time.monotonic() + 300
