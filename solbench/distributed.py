@@ -124,11 +124,17 @@ class DistContext:
 
             dist.barrier()
 
-    def close(self) -> None:
+    def close(self, *, synchronize: bool = True) -> None:
+        """Tear down the process group this context created. ``synchronize`` (a rank that ends normally)
+        first waits at a barrier for every rank: a rank that destroyed its group and exited while another was
+        still in its last collective made that rank's gloo thread abort it ("terminate called without an
+        active exception", exit -6) at the very end of a finished run. A rank ending on an error skips it."""
         if self.owns_group:
             import torch.distributed as dist
 
             if dist.is_initialized():
+                if synchronize and self.enabled:
+                    dist.barrier()
                 dist.destroy_process_group()
             self.owns_group = False
 

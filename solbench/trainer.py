@@ -89,9 +89,12 @@ def train_run(cfg: RunConfig, store, *, progress=None) -> dict:
     """
     dist = init_distributed(cfg.world_size, resolve_device(cfg.device).type)
     try:
-        return Trainer(cfg, store, progress=progress, dist=dist).run()
-    finally:
-        dist.close()
+        result = Trainer(cfg, store, progress=progress, dist=dist).run()
+    except BaseException:
+        dist.close(synchronize=False)
+        raise
+    dist.close()
+    return result
 
 
 class Trainer:
