@@ -5,7 +5,8 @@ the evaluation of step SOLBENCH_TEST_SIGTERM_AT sends SIGTERM to its own process
 are written, the checkpoint of that step is not. Once per experiment folder (a marker file); a resumed
 attempt runs without SOLBENCH_TEST_SIGTERM_AT and so runs through. Before the signal it waits until every
 other run of the experiment has a checkpoint, so that each run has started (and recorded its setting) when
-the attempt dies; another run that reaches that evaluation after the signal waits there to be stopped.
+the attempt dies, then stops them with SIGTERM as it stops itself (a worker pool leaves the other workers
+running when one dies); another run that reaches that evaluation first waits there to be stopped.
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ def sigterm_at_eval(cfg: RunConfig, store: RunStore, progress=None) -> dict:
             if time.monotonic() > deadline:
                 raise RuntimeError("the other runs of the experiment never wrote a checkpoint")
             time.sleep(0.2)
+        # the whole attempt dies here: the other runs' workers (their pids are in their status) and this one. A
+        # worker pool does not stop the other workers when one dies (Python 3.11 noticed it only when they
+        # returned), so they would run to their end or wait
+        for d in others:
+            pid = RunStore(d, d.name).read_status().get("pid")
+            if pid and pid != os.getpid():
+                try:
+                    os.kill(int(pid), signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         os.kill(os.getpid(), signal.SIGTERM)
 
     return train_run(cfg, store, progress=relay)
