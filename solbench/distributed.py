@@ -133,8 +133,8 @@ class DistContext:
             import torch.distributed as dist
 
             if dist.is_initialized():
-                if synchronize and self.enabled:
-                    dist.barrier()
+                if synchronize:
+                    self.barrier()
                 dist.destroy_process_group()
             self.owns_group = False
 
