@@ -64,6 +64,11 @@ class FinetuneConfig:
     lora_init: str | None = None
 
 
+#: Each model's explore recipe where neither a run nor a command names one (``solbench fidelity``, the reports'
+#: primary fidelity claim): the recipe its paper-setting spec explores with (experiments/*_main.yaml).
+DEFAULT_EXPLORE_RECIPES = {"tiny": "nvfp4_tiny", "flux": "nvfp4_flux", "sd3": "nvfp4_sd3", "sana": "nvfp4_sana"}
+
+
 @dataclass
 class QuantConfig:
     recipe: str = "nvfp4_tiny"  # named recipe in solbench.quant.RECIPES

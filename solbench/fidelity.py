@@ -37,14 +37,14 @@ from typing import Any
 import pandas as pd
 import torch
 
-from solbench.config import ModelConfig, QuantConfig, RunConfig
+from solbench.config import DEFAULT_EXPLORE_RECIPES, ModelConfig, QuantConfig, RunConfig
 from solbench.errors import ConfigError
 from solbench.threads import cpu_allocation
 
 log = logging.getLogger(__name__)
 
 #: Default explore recipe per model: the Sol-RL recipes of experiments/*_main.yaml.
-DEFAULT_RECIPES = {"tiny": "nvfp4_tiny", "flux": "nvfp4_flux", "sd3": "nvfp4_flux", "sana": "nvfp4_sana"}
+DEFAULT_RECIPES = DEFAULT_EXPLORE_RECIPES
 #: ``recipe`` value for a full-precision explore copy (the explore role then runs the policy itself):
 #: with a shorter ``explore_steps`` it measures the step-count effect alone.
 NO_QUANT = "none"

@@ -42,7 +42,7 @@ def test_the_committed_report_covers_every_run_of_the_spec_and_its_plots():
     checkpoints = [spec.fidelity.checkpoint] if isinstance(spec.fidelity.checkpoint, str) else spec.fidelity.checkpoint
     # the training runs, then one fidelity run per recipe and checkpoint
     n = len(spec.runs) + len(spec.fidelity.recipes) * len(checkpoints)
-    assert len(spec.fidelity.recipes) == 4
+    assert len(spec.fidelity.recipes) == 5
     assert re.search(rf"\| runs \| {n} \({n} done\) \|", text), "the report is not of every run of the spec"
     assert "uncommitted changes" not in text  # its runs came from committed code
     images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text)

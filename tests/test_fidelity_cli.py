@@ -154,3 +154,18 @@ def test_checkpoint_weights_are_loaded_through_the_trainers_nets(tmp_path):
             assert not torch.allclose(v_explore, engine._velocity(base_explore, x, t, cond, None), atol=1e-4)
     with pytest.raises(ConfigError, match="trained on 'tiny'"):
         resolve(FidelitySettings(model="flux", checkpoint=str(run_dir)), load_checkpoint(run_dir))
+
+
+@pytest.mark.parametrize("model, spec", [("tiny", "tiny_main"), ("flux", "flux_main"), ("sd3", "sd35_main"),
+                                         ("sana", "sana_main")])
+def test_default_explore_recipe_is_the_one_the_models_main_spec_explores_with(model, spec):
+    """Catches: `solbench fidelity --model sd3` (no --recipe) measuring FLUX's layer rule after the SD3.5 spec
+    was traced to its own (nvfp4_sd3): a fidelity number for a copy no run of that model explores with."""
+    from pathlib import Path
+
+    from solbench.config import DEFAULT_EXPLORE_RECIPES
+    from solbench.spec import load_spec
+
+    planned = load_spec(Path(__file__).resolve().parents[1] / "experiments" / f"{spec}.yaml").runs
+    recipes = {run.config.quant.recipe for run in planned if run.config.method in ("sol_rl", "naive_fp4")}
+    assert recipes == {DEFAULT_EXPLORE_RECIPES[model]}

@@ -269,12 +269,15 @@ def test_decomposed_fidelity_pairs_each_recipe_with_the_step_budget_control(tmp_
     rng = np.random.default_rng(5)
     runs, cand = [], []
     full = {p: rng.uniform(0, 1, 12) for p in range(5)}
-    for recipe, noise in (("none", 0.05), ("nvfp4_tiny", 0.3)):
+    coverage = {"none": (0.0, 0, None), "nvfp4_tiny": (0.496, 16, 48), "nvfp4_tiny_flux": (0.99, 41, 48)}
+    for recipe, noise in (("none", 0.05), ("nvfp4_tiny", 0.3), ("nvfp4_tiny_flux", 0.5)):
         rid = f"fid-{recipe}"
         row = _run("fid", "fidelity", 0, rid)
+        share, quantized, linears = coverage[recipe]
         row.update({"p_kind": "fidelity", "p_quant.recipe": recipe, "p_seeds": 12, "p_prompts.set": "shapes/eval",
                     "p_prompts.n_prompts": 5, "p_sampling.explore_steps": 6, "p_sampling.steps": 10,
-                    "p_sampling.sampler": "dpm2", "p_checkpoint.path": None})
+                    "p_sampling.sampler": "dpm2", "p_checkpoint.path": None, "p_quant.mac_share": share,
+                    "p_quant.quantized_linears": quantized, "p_quant.linears": linears})
         runs.append(row)
         for p, f in full.items():
             proxy = f + noise * rng.standard_normal(12)
@@ -305,12 +308,24 @@ def test_decomposed_fidelity_pairs_each_recipe_with_the_step_budget_control(tmp_
     assert data.loc["nvfp4_tiny", "spearman_rho_vs_steps_only_hi"] < 0  # the added noise costs rank fidelity
     assert data.loc["none", "label"] == "step budget only (full precision)"
     assert data.loc["nvfp4_tiny", "label"] == "NVFP4 (nvfp4_tiny)"
+    # each recipe's row carries its own copy's coverage (a merge on the wrong key would swap or drop them)
+    assert data["mac_share"].to_dict() == {"none": 0.0, "nvfp4_tiny": 0.496, "nvfp4_tiny_flux": 0.99}
+    shown = table.display.set_index("explore")["low-precision share of linear MACs"]
+    assert shown["NVFP4 (nvfp4_tiny)"] == "49.6 % (16 of 48 Linears)"
+    assert shown["NVFP4 (nvfp4_tiny_flux)"] == "99.0 % (41 of 48 Linears)"
+    assert shown["step budget only (full precision)"] == "0.0 %"  # no Linear count: the control has no copy
     # the Findings row uses the NVFP4 run only, never the full-precision control
     row = _finding(tables, "FP4 explore ranks seeds almost as BF16 does (all-seeds Spearman ρ, base model)")
     assert row["effect"] == pytest.approx(rho("fid-nvfp4_tiny").mean())
     assert row["threshold"] == pytest.approx(0.927 - 0.05)  # non-inferiority to the paper's figure
     assert row["verdict"] in (REPRODUCED, CONTRADICTED, INCONCLUSIVE)
     assert "chance 0.33" in row["detail"]  # hit@4 of 12 seeds: a random ranking's 4/12
+    assert "Recipe nvfp4_tiny;" in row["detail"]
+    # a second NVFP4 recipe gets its own claim, never pooled into the default recipe's (no training runs here:
+    # the model's default explore recipe keeps the plain name)
+    flux = _finding(tables, "FP4 explore ranks seeds almost as BF16 does (all-seeds Spearman ρ, base model, nvfp4_tiny_flux)")
+    assert flux["effect"] == pytest.approx(rho("fid-nvfp4_tiny_flux").mean())
+    assert "Recipe nvfp4_tiny_flux;" in flux["detail"]
 
 
 # ---- the main job ends with the all-seeds fidelity; per-sample eval rows from the trainer ---------------

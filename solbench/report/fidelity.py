@@ -301,7 +301,22 @@ def fidelity_settings(runs: pd.DataFrame) -> pd.DataFrame:
 
     for col, name in cols.items():
         out[name] = runs[col].map(lambda v: _fmt_setting(_hashable(v))).values if col in runs else "-"
+    # what the explore copy put in low precision, measured when the run built it (solbench.fidelity.record_mac_share);
+    # NaN for runs stored before it was recorded. Not a setting the control shares: the control's is 0.
+    for col, name in (("p_quant.mac_share", "mac_share"), ("p_quant.quantized_linears", "quantized_linears"),
+                      ("p_quant.linears", "linears")):
+        out[name] = pd.to_numeric(runs[col], errors="coerce").values if col in runs else np.nan
     return out
+
+
+def _coverage(sub: pd.DataFrame) -> tuple[float, str]:
+    """(share of the linear MACs in low precision, display cell) of one recipe's runs: '99.0 % (41 of 48 Linears)'."""
+    share = sub["mac_share"].dropna().unique()
+    if len(share) != 1:  # not recorded, or different copies under one recipe name: say nothing rather than guess
+        return float("nan"), "-"
+    q, n = sub["quantized_linears"].dropna().unique(), sub["linears"].dropna().unique()
+    layers = f" ({int(q[0])} of {int(n[0])} Linears)" if len(q) == 1 and len(n) == 1 else ""
+    return float(share[0]), f"{100 * share[0]:.1f} %{layers}"
 
 
 def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame) -> Table | None:
@@ -324,9 +339,11 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
         control = sub[sub["recipe"] == "none"]
         for recipe in sorted(sub["recipe"].unique(), key=lambda r: (r != "none", r)):
             r = sub[sub["recipe"] == recipe]
-            row = {**ctx, "recipe": recipe, "label": recipe_label(recipe), "prompt_groups": len(r)}
+            mac_share, mac_cell = _coverage(r)
+            row = {**ctx, "recipe": recipe, "label": recipe_label(recipe), "prompt_groups": len(r), "mac_share": mac_share}
             disp = {"model": ctx["model"], "reward": ctx.get("reward_name", "-"), "explore steps": ctx["explore_steps"],
-                    "explore": recipe_label(recipe), "prompts": str(len(r))}
+                    "explore": recipe_label(recipe), "low-precision share of linear MACs": mac_cell,
+                    "prompts": str(len(r))}
             for col, name in (("spearman_rho", "Spearman ρ"), ("kendall_tau", "Kendall τ")):
                 ci = mean_ci(r[col].values, o.ci_level)
                 row.update({f"{col}_mean": ci.mean, f"{col}_lo": ci.lo, f"{col}_hi": ci.hi})
@@ -352,7 +369,9 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
                      "All-seeds fidelity runs of the same checkpoint, prompts, seeds and step budgets, one row per "
                      "explore recipe. 'step budget only (full precision)': the explore steps run by the full-precision "
                      "network (recipe none), so its ρ and τ are what fewer steps alone cost; the other rows add the "
-                     "precision (NVFP4, MXFP4, FP8). Cells: mean over prompt groups ± "
+                     "precision (NVFP4, MXFP4, FP8). Low-precision share: of the transformer's linear multiply-"
+                     "accumulates, the part the explore copy ran in the recipe's format (one forward, measured when the "
+                     "run built the copy; '-' where the run did not record it). Cells: mean over prompt groups ± "
                      f"{o.ci_level:.0%} t half-width. Δ vs step budget only: paired per prompt (same prompts and seeds), "
                      f"[{o.ci_level:.0%} t interval over prompts]: what the precision "
                      "costs apart from fewer steps."), display=pd.DataFrame(display))

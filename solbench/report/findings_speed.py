@@ -164,6 +164,25 @@ def convergence_findings(tables: Tables, model: str, runs: pd.DataFrame, metric:
     return out
 
 
+def _primary_recipe(tables: Tables, model: str, recipes: list[str]) -> str | None:
+    """The NVFP4 recipe whose fidelity claims carry the plain names: the one the model's training runs explored
+    with (most runs), else the only one, else the model's default explore recipe, else None (every claim then
+    names its recipe)."""
+    runs = tables.done_runs
+    if "p_quant.recipe" in runs and "p_kind" in runs:
+        trained = runs[(runs["model"] == model) & (runs["p_kind"].astype(str) != "fidelity")]
+        used = trained["p_quant.recipe"].astype(str).value_counts()
+        used = used[used.index.isin(recipes)]
+        if not used.empty:
+            return str(used.index[0])
+    if len(recipes) == 1:
+        return recipes[0]
+    from solbench.config import DEFAULT_EXPLORE_RECIPES
+
+    default = DEFAULT_EXPLORE_RECIPES.get(model)
+    return default if default in recipes else None
+
+
 def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
     """Table 8 per reward and per checkpoint (final policy first, then the base model)."""
     o = tables.options
@@ -192,14 +211,23 @@ def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
         return [f]
     groups = groups[groups["kind"] == "all seeds"]
     ckpt = fid.set_index("run_id")["p_checkpoint.path"] if "p_checkpoint.path" in fid else pd.Series(dtype=object)
-    groups = groups.assign(what=groups["run_id"].map(lambda r: "final policy" if pd.notna(ckpt.get(r)) else "base model"))
+    recipe_of = fid.set_index("run_id")["p_quant.recipe"].astype(str) if "p_quant.recipe" in fid else pd.Series(dtype=str)
+    primary = _primary_recipe(tables, model, sorted(set(recipe_of)))
+
+    def what_of(run_id: str) -> str:  # one claim per checkpoint and NVFP4 recipe: two recipes are never pooled
+        what = "final policy" if pd.notna(ckpt.get(run_id)) else "base model"
+        recipe = recipe_of.get(run_id)
+        return what if recipe is None or recipe == primary else f"{what}, {recipe}"
+
+    groups = groups.assign(what=groups["run_id"].map(what_of))
     if "reward_name" not in groups or groups["reward_name"].isna().all():
         groups = groups.assign(reward_name="")
     from solbench.report.findings_common import training_rewards
 
     trained = training_rewards(tables, tables.done_runs[tables.done_runs["model"] == model])
     out = []
-    for what in [w for w in ("final policy", "base model") if w in set(groups["what"])]:
+    order = ("final policy", "base model")
+    for what in sorted(set(groups["what"]), key=lambda w: (order.index(w.split(",")[0]), w != w.split(",")[0], w)):
         g_what = groups[groups["what"] == what]
         names = [n for n in dict.fromkeys(g_what["reward_name"]) if n != "total"] or ["total"]
         names = sorted(names, key=lambda n: n not in trained)  # the training reward first (stable: else data order)
@@ -215,7 +243,7 @@ def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
             n = int(g["n_pairs"].median()) if len(g) else 0
             hits = ", ".join(f"hit@{k} {g[f'hit@{k}'].mean():.2f} (chance {k / n:.2f})"
                              for k in o.top_k if f"hit@{k}" in g and g[f"hit@{k}"].notna().any() and n)
-            recipes = ", ".join(sorted(set(fid["p_quant.recipe"].astype(str)))) if "p_quant.recipe" in fid else "?"
+            recipes = ", ".join(sorted(set(recipe_of.reindex(g["run_id"].unique()).dropna()))) or "?"
             f.detail = (f"Non-inferiority to the paper's ρ {o.fidelity_reference:g} with margin {o.fidelity_margin:g}. "
                         f"Recipe {recipes}; N = {n} seeds per prompt: {hits} (a random ranking's hit@K is K/N).")
             out.append(f.decide())
