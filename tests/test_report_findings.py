@@ -424,3 +424,22 @@ def test_fidelity_cli_recipes_make_one_arm_per_format_beside_the_step_budget_con
                                    "FP8 (fp8_w8a8)"}
     assert table.loc["none", "spearman_rho_vs_steps_only"] != table.loc["none", "spearman_rho_vs_steps_only"]  # NaN
     assert np.isfinite(table.loc[["nvfp4_tiny", "mxfp4_w4a4", "fp8_w8a8"], "spearman_rho_vs_steps_only"]).all()
+
+
+def test_table8_plain_claim_goes_to_the_recipe_the_training_runs_explored_with():
+    """Catches: a report whose Sol-RL runs explored with FLUX's rule quoting the SANA-rule copy's fidelity under
+    the plain Table 8 claim (the claim a reader takes for the runs' own explore copy)."""
+    from types import SimpleNamespace
+
+    from solbench.report.findings_speed import _primary_recipe
+
+    def tables(*training_recipes):
+        rows = [{"model": "tiny", "p_kind": "train", "p_quant.recipe": r} for r in training_recipes]
+        rows += [{"model": "tiny", "p_kind": "fidelity", "p_quant.recipe": r} for r in ("nvfp4_tiny", "nvfp4_tiny")]
+        return SimpleNamespace(done_runs=pd.DataFrame(rows))
+
+    both = ["nvfp4_tiny", "nvfp4_tiny_flux"]
+    assert _primary_recipe(tables("nvfp4_tiny_flux", "nvfp4_tiny_flux", "nvfp4_tiny"), "tiny", both) == "nvfp4_tiny_flux"
+    assert _primary_recipe(tables(), "tiny", both) == "nvfp4_tiny"  # no training runs: the model's default
+    assert _primary_recipe(tables(), "flux", both) is None  # neither is FLUX's default: every claim names its recipe
+    assert _primary_recipe(tables(), "flux", ["nvfp4_tiny_flux"]) == "nvfp4_tiny_flux"  # one recipe: plain name
