@@ -43,8 +43,6 @@ from solbench.threads import cpu_allocation
 
 log = logging.getLogger(__name__)
 
-#: Default explore recipe per model: the Sol-RL recipes of experiments/*_main.yaml.
-DEFAULT_RECIPES = DEFAULT_EXPLORE_RECIPES
 #: ``recipe`` value for a full-precision explore copy (the explore role then runs the policy itself):
 #: with a shorter ``explore_steps`` it measures the step-count effect alone.
 NO_QUANT = "none"
@@ -144,7 +142,7 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
     if settings.resolution is not None:
         model_cfg.resolution = settings.resolution
     recipe = settings.recipe or (run.quant.recipe if run and "explore" in get_method(run.method).nets else None) \
-        or DEFAULT_RECIPES.get(model)
+        or DEFAULT_EXPLORE_RECIPES.get(model)
     if recipe is None:
         raise ConfigError(f"--recipe: no default quantization recipe for model {model!r}; name one")
     if recipe != NO_QUANT:

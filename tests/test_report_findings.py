@@ -433,10 +433,8 @@ def test_table8_plain_claim_goes_to_the_recipe_the_training_runs_explored_with()
 
     from solbench.report.findings_speed import _primary_recipe
 
-    def tables(*training_recipes):
-        rows = [{"model": "tiny", "p_kind": "train", "p_quant.recipe": r} for r in training_recipes]
-        rows += [{"model": "tiny", "p_kind": "fidelity", "p_quant.recipe": r} for r in ("nvfp4_tiny", "nvfp4_tiny")]
-        return SimpleNamespace(done_runs=pd.DataFrame(rows))
+    def tables(*training_recipes):  # done_runs as Tables gives it: the training runs, never the fidelity runs
+        return SimpleNamespace(done_runs=pd.DataFrame([{"model": "tiny", "p_quant.recipe": r} for r in training_recipes]))
 
     both = ["nvfp4_tiny", "nvfp4_tiny_flux"]
     assert _primary_recipe(tables("nvfp4_tiny_flux", "nvfp4_tiny_flux", "nvfp4_tiny"), "tiny", both) == "nvfp4_tiny_flux"

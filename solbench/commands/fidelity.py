@@ -20,7 +20,8 @@ HELP = "rank M prompts x N seeds at both precisions from a fixed checkpoint (no 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from solbench.fidelity import DEFAULT_RECIPES, NO_QUANT
+    from solbench.config import DEFAULT_EXPLORE_RECIPES
+    from solbench.fidelity import NO_QUANT
 
     parser.add_argument("--model", default=None, help="tiny | flux | sd3 | sana (default: the checkpoint's, else tiny)")
     parser.add_argument("--model-path", default=None,
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ODE solver of both stages: dpm2 | euler (default: the run's method's, else Sol-RL's dpm2)")
     parser.add_argument("--guidance", type=float, default=None, help="CFG / distilled guidance (default: the run's or model's)")
     parser.add_argument("--shift", type=float, default=None, help="sigma-schedule shift (default: the run's or model's)")
-    defaults = ", ".join(f"{m}: {r}" for m, r in DEFAULT_RECIPES.items())
+    defaults = ", ".join(f"{m}: {r}" for m, r in DEFAULT_EXPLORE_RECIPES.items())
     parser.add_argument("--recipe", default=None,
                         help=f"explore quantization recipe (default: the run's, else per model: {defaults}); "
                              f"'{NO_QUANT}' explores in full precision (step-count effect alone)")

@@ -168,10 +168,9 @@ def _primary_recipe(tables: Tables, model: str, recipes: list[str]) -> str | Non
     """The NVFP4 recipe whose fidelity claims carry the plain names: the one the model's training runs explored
     with (most runs), else the only one, else the model's default explore recipe, else None (every claim then
     names its recipe)."""
-    runs = tables.done_runs
-    if "p_quant.recipe" in runs and "p_kind" in runs:
-        trained = runs[(runs["model"] == model) & (runs["p_kind"].astype(str) != "fidelity")]
-        used = trained["p_quant.recipe"].astype(str).value_counts()
+    runs = tables.done_runs  # training runs only: Tables keeps the fidelity runs apart
+    if "p_quant.recipe" in runs:
+        used = runs[runs["model"] == model]["p_quant.recipe"].astype(str).value_counts()
         used = used[used.index.isin(recipes)]
         if not used.empty:
             return str(used.index[0])
@@ -214,21 +213,26 @@ def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
     recipe_of = fid.set_index("run_id")["p_quant.recipe"].astype(str) if "p_quant.recipe" in fid else pd.Series(dtype=str)
     primary = _primary_recipe(tables, model, sorted(set(recipe_of)))
 
-    def what_of(run_id: str) -> str:  # one claim per checkpoint and NVFP4 recipe: two recipes are never pooled
-        what = "final policy" if pd.notna(ckpt.get(run_id)) else "base model"
+    # one claim per checkpoint and NVFP4 recipe (two recipes are never pooled), ordered final policy first, then
+    # the base model, each with the primary recipe's plain claim before the other recipes': run id -> (order, what)
+    claims = {}
+    for run_id in fid["run_id"]:
+        checkpoint = 0 if pd.notna(ckpt.get(run_id)) else 1
         recipe = recipe_of.get(run_id)
-        return what if recipe is None or recipe == primary else f"{what}, {recipe}"
-
-    groups = groups.assign(what=groups["run_id"].map(what_of))
+        other = recipe is not None and recipe != primary
+        claims[run_id] = ((checkpoint, other, recipe or ""),
+                          ("final policy", "base model")[checkpoint] + (f", {recipe}" if other else ""))
+    groups = groups.assign(what=groups["run_id"].map(lambda run_id: claims[run_id][1]))
     if "reward_name" not in groups or groups["reward_name"].isna().all():
         groups = groups.assign(reward_name="")
     from solbench.report.findings_common import training_rewards
 
     trained = training_rewards(tables, tables.done_runs[tables.done_runs["model"] == model])
     out = []
-    order = ("final policy", "base model")
-    for what in sorted(set(groups["what"]), key=lambda w: (order.index(w.split(",")[0]), w != w.split(",")[0], w)):
+    for _, what in sorted(set(claims.values())):
         g_what = groups[groups["what"] == what]
+        if g_what.empty:
+            continue
         names = [n for n in dict.fromkeys(g_what["reward_name"]) if n != "total"] or ["total"]
         names = sorted(names, key=lambda n: n not in trained)  # the training reward first (stable: else data order)
         for i, reward in enumerate(names):
