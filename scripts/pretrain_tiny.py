@@ -19,6 +19,7 @@ of the weights (decay 0.999) is what ships. Recipe and sizes follow the feasibil
     python scripts/pretrain_tiny.py --init-from build/tiny_v2a --steps 1500 --lr 3e-4 --warmup 50 \
       --ema 0.995 --noise-consistency 20 --consistency-kind nvfp4 --threads 1 --shift 3
     python scripts/pretrain_tiny.py --resume [same options]          # continue an interrupted stage
+    python scripts/pretrain_tiny.py --heads 8 --steps 3000 ...       # a wider model (width 256), from scratch
     python scripts/pretrain_tiny.py --eval                           # re-evaluate solbench/assets/
 
 The later stages add an NVFP4 consistency loss (--noise-consistency with --consistency-kind nvfp4:
@@ -312,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ema", type=float, default=0.999)
     p.add_argument("--caption-dropout", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--heads", type=int, default=None,
+                   help="attention heads of 32 channels for a model trained from scratch: its width is 32 x heads "
+                        "(default 4, the shipped width 128; 8 = width 256)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--checkpoint-every", type=int, default=250)
     p.add_argument("--log-every", type=int, default=50)
@@ -367,8 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     if args.init_from is not None:
         model = load_tiny(folder=args.init_from)  # all randomness below comes from seeded generators
+        if args.heads is not None and args.heads != model.config.num_attention_heads:
+            p.error(f"--heads {args.heads}: the --init-from model has {model.config.num_attention_heads} heads; "
+                    "a stage continues its model's width")
     else:
-        model = TinyT2I(TinyT2IConfig())
+        model = TinyT2I(TinyT2IConfig() if args.heads is None else TinyT2IConfig(num_attention_heads=args.heads))
     if args.shift is not None:  # recorded in tiny_t2i.json: the adapter's default sigma shift
         model.config.shift = args.shift
     model.train()

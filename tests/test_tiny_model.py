@@ -151,6 +151,25 @@ def test_pretraining_is_deterministic_and_resumes_exactly(tmp_path, stage):
         assert meta["consistency_recipe"] == "nvfp4_tiny_flux" and meta["consistency_anchor"] == ["proj_out"]
 
 
+@pytest.mark.slow
+def test_pretraining_a_wider_model_from_scratch_and_continuing_it(tmp_path):
+    # Bugs caught: --heads not reaching the model (a "width 256" run that trains and ships width 128), the
+    # width missing from the saved config (the weights then fail to load, or load into the wrong shape),
+    # and a later stage silently rebuilding the default width instead of continuing the wide model.
+    from solbench.models.tiny import load_tiny
+
+    module = _pretrain_module()
+    _run(module, tmp_path / "wide", "--steps", "2", "--heads", "8")
+    wide = load_tiny(folder=tmp_path / "wide")
+    assert wide.config.num_attention_heads == 8 and wide.transformer.inner_dim == 256
+    assert json.loads((tmp_path / "wide" / "tiny_t2i.json").read_text())["num_attention_heads"] == 8
+    weights = _run(module, tmp_path / "next", "--steps", "2", "--init-from", str(tmp_path / "wide"))
+    assert weights["transformer.proj_out.weight"].shape[1] == 256
+    with pytest.raises(SystemExit):
+        module.main(["--init-from", str(tmp_path / "wide"), "--heads", "4", "--steps", "1", "--no-eval",
+                     "--workdir", str(tmp_path / "x"), "--out", str(tmp_path / "x")])
+
+
 def test_learning_rate_schedule_shape():
     module = _pretrain_module()
     f = [module.lr_factor(s, warmup=10, total=100) for s in range(100)]
