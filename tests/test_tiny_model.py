@@ -152,7 +152,7 @@ def test_pretraining_is_deterministic_and_resumes_exactly(tmp_path, stage):
 
 
 @pytest.mark.slow
-def test_pretraining_a_wider_model_from_scratch_and_continuing_it(tmp_path):
+def test_pretraining_a_wider_model_from_scratch_and_continuing_it(tmp_path, capsys):
     # Bugs caught: --heads not reaching the model (a "width 256" run that trains and ships width 128), the
     # width missing from the saved config (the weights then fail to load, or load into the wrong shape),
     # and a later stage silently rebuilding the default width instead of continuing the wide model.
@@ -168,6 +168,7 @@ def test_pretraining_a_wider_model_from_scratch_and_continuing_it(tmp_path):
     with pytest.raises(SystemExit):
         module.main(["--init-from", str(tmp_path / "wide"), "--heads", "4", "--steps", "1", "--no-eval",
                      "--workdir", str(tmp_path / "x"), "--out", str(tmp_path / "x")])
+    assert "the --init-from model has 8 heads" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 def test_learning_rate_schedule_shape():
