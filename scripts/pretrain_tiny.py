@@ -85,9 +85,9 @@ def block_linear_layers(model: TinyT2I) -> list[tuple[str, torch.nn.Linear]]:
 def recipe_linear_layers(model: TinyT2I, recipe) -> list[tuple[str, torch.nn.Linear]]:
     """(name in model.transformer, layer) of the Linear layers the explore recipe `recipe` (a name or
     QuantRecipe) quantizes: the layers a consistency stage against that recipe rounds."""
-    from solbench.quant import get_recipe
+    from solbench.quant import recipe_for_model
 
-    recipe = get_recipe(recipe)
+    recipe = recipe_for_model(recipe, model.transformer)  # a threshold per width, at this model's
     return [(name, module) for name, module in model.transformer.named_modules()
             if isinstance(module, torch.nn.Linear) and recipe.skip_reason(name, module) is None]
 

@@ -41,10 +41,10 @@ ISOLATED_LAYER_BOUND = 2.5 * GEMM_REL_MSE
 # attention and MLP, the output projection), whose errors add: 6 x 1.9e-2 ~ 0.11; allow 2x.
 END_TO_END_BOUND = 2 * 6 * GEMM_REL_MSE
 
-# The tiny recipe without its size rule: on these 32-wide test models nvfp4_tiny's min_dim (128, the
-# shipped model's width) would keep almost every layer in full precision, and the copy and sync tests
-# below need the attention projections (the LoRA targets) quantized.
-BLOCKS = get_recipe("nvfp4_tiny").replace(name="nvfp4_tiny_blocks", min_dim=0)
+# The tiny recipe without its size rule: on these 32-wide test models nvfp4_tiny's threshold (the
+# model's width) would keep the attention projections in full precision, and the copy and sync tests
+# below need them (the LoRA targets) quantized.
+BLOCKS = get_recipe("nvfp4_tiny").replace(name="nvfp4_tiny_blocks", min_dim_per_width=None)
 
 
 def tiny_flux(seed: int = 0) -> FluxTransformer2DModel:
@@ -284,6 +284,48 @@ def test_recipe_validation_errors_are_clear():
         QuantRecipe(skip=["re:("])
     with pytest.raises(ValueError, match="min_dim_exempt: bad regular expression"):
         QuantRecipe(min_dim_exempt=["re:("])
+    with pytest.raises(ValueError, match="min_dim_per_width must be a positive number"):
+        QuantRecipe(min_dim_per_width=0)
+    with pytest.raises(ValueError, match=r"as min_dim \(128\) or as min_dim_per_width \(1.0\), not both"):
+        QuantRecipe(min_dim=128, min_dim_per_width=1.0)
+
+
+def test_a_size_threshold_per_width_binds_to_the_model_it_is_applied_to(tmp_path):
+    """The tiny recipes give their size threshold as a share of the model's width (SANA's: the width;
+    FLUX's: 1000 of 3072), so one recipe follows a wider tiny model (scripts/pretrain_tiny.py --heads).
+
+    Catches the threshold as a constant again (nvfp4_tiny's old min_dim 128 quantized the attention of a
+    width-256 model: 38 of 48 Linears), a recipe used unbound (which would quietly apply no size rule), and
+    the explore copy and the FLOP split (what `solbench fidelity` prints, the cost projections) binding
+    it to different widths.
+    """
+    from solbench.models.tiny import TinyT2I, TinyT2IConfig, save_tiny
+    from solbench.quant import recipe_for_model
+    from solbench.quant.shares import precision_split
+
+    tiny, tiny_flux = get_recipe("nvfp4_tiny"), get_recipe("nvfp4_tiny_flux")
+    assert (tiny.min_dim, tiny.min_dim_per_width) == (0, 1.0)
+    assert tiny.for_width(256).min_dim == 256 and tiny.for_width(256).min_dim_per_width is None
+    assert tiny_flux.for_width(128).min_dim == 42 and tiny_flux.for_width(3072).min_dim == 1000
+    assert get_recipe("nvfp4_flux").for_width(128) is get_recipe("nvfp4_flux")  # an absolute threshold stays
+    with pytest.raises(ValueError, match="sets its size threshold per model width"):
+        tiny.skip_reason("transformer_blocks.0.attn.to_q", nn.Linear(256, 256))
+    with pytest.raises(ValueError, match="nvfp4_tiny.*names no num_attention_heads"):
+        recipe_for_model(tiny, nn.Sequential(nn.Linear(16, 16)))
+
+    torch.manual_seed(0)
+    wide = TinyT2I(TinyT2IConfig(num_attention_heads=8))
+    save_tiny(wide, tmp_path / "tiny_t2i.safetensors", tmp_path / "tiny_t2i.json")
+    splits = {name: precision_split("tiny", name, path=str(tmp_path)) for name in ("nvfp4_tiny", "nvfp4_tiny_flux")}
+    for name, (count, share) in {"nvfp4_tiny": (16, 0.496), "nvfp4_tiny_flux": (41, 0.995)}.items():
+        rows = quantization_summary(quantized_copy(wide.transformer, name))
+        quantized = {row.name for row in rows if row.quantized}
+        assert len(rows) == 48 and len(quantized) == count, name
+        assert quantized == {layer.name for layer, q in splits[name].layers if q}, name
+        assert splits[name].quantized / splits[name].linear == pytest.approx(share, abs=0.005), name
+    rows = {row.name: row for row in quantization_summary(quantized_copy(wide.transformer, "nvfp4_tiny"))}
+    assert rows["transformer_blocks.0.attn.to_q"].reason == "in_features 256 and out_features 256 <= min_dim 256"
+    assert rows["transformer_blocks.0.ff.net.0.proj"].quantized
 
 
 def test_skip_patterns_match_names_and_ancestors():

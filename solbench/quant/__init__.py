@@ -6,7 +6,8 @@ provides the pieces:
 - `quantize(x, fmt, block)` -> `QuantizedTensor` (packed codes + scales, TransformerEngine's
   arithmetic to the bit) and `QuantizedTensor.dequantize`; `fake_quantize` for both at once.
 - `QuantRecipe`, `RECIPES`, `get_recipe`: which layers run in which precision
-  ("nvfp4_flux", "nvfp4_sana", "nvfp4_tiny", "nvfp4_w4a4", ...).
+  ("nvfp4_flux", "nvfp4_sana", "nvfp4_tiny", "nvfp4_w4a4", ...); `recipe_for_model` binds a recipe
+  whose size threshold follows the model's width (the tiny model's) to a model.
 - `quantized_copy(model, recipe)`, `sync_weights(copy, model)`, `quantization_summary(copy)`,
   `low_precision_mac_share(copy, forward)` (the share of Linear MACs a copy runs in low precision).
 - `error_stats`, `layer_error_report`: relative MSE / SNR, per tensor and per layer.
@@ -16,7 +17,8 @@ See docs/quantization.md.
 
 from .formats import FORMATS, NonFiniteError, QuantizedTensor, fake_quantize, quantize
 from .layers import BackendUnavailableError, QuantLinear, TELinear
-from .model import LayerQuantization, MacShare, low_precision_mac_share, quantization_summary, quantized_copy, sync_weights
+from .model import (LayerQuantization, MacShare, low_precision_mac_share, quantization_summary, quantized_copy,
+                    recipe_for_model, sync_weights)
 from .recipes import RECIPES, QuantRecipe, UnknownRecipeError, get_recipe
 from .stats import LayerError, error_stats, layer_error_report
 
@@ -31,6 +33,7 @@ __all__ = [
     "RECIPES",
     "UnknownRecipeError",
     "quantized_copy",
+    "recipe_for_model",
     "sync_weights",
     "quantization_summary",
     "LayerQuantization",

@@ -207,8 +207,8 @@ def quantized_copy(
         (no peft wrapper, adapters merged). Layers not selected by the recipe stay plain
         nn.Linear in the original dtype. Refresh it after optimizer steps with `sync_weights`.
     """
-    recipe = get_recipe(recipe)
     root = _policy_root(model)
+    recipe = recipe_for_model(recipe, root)
     if recipe.backend != "emulated":  # fail at once, even if the recipe ends up quantizing no layer
         require_backend(recipe, next((p.device for p in root.parameters()), None))
     tuners = _tuner_layers(root)
@@ -261,6 +261,31 @@ def _base_linears(root: nn.Module, tuners: Dict[str, nn.Module]) -> Dict[str, nn
         elif isinstance(module, nn.Linear) and not any(name.startswith(t + ".") for t in tuners if t):
             found[name] = module
     return found
+
+
+def model_width(config) -> int:
+    """The hidden size of a diffusers transformer (FLUX, SD3, SANA, the tiny model) from its config
+    (a dict or the model's ``config``): attention heads x head dim."""
+    get = config.get if isinstance(config, dict) else (lambda key: getattr(config, key, None))
+    heads, head_dim = get("num_attention_heads"), get("attention_head_dim")
+    if not (isinstance(heads, int) and isinstance(head_dim, int)):
+        raise ValueError("the model's config names no num_attention_heads and attention_head_dim, so its width "
+                         f"is unknown (got {heads!r}, {head_dim!r})")
+    return heads * head_dim
+
+
+def recipe_for_model(recipe: Union[str, QuantRecipe], model: nn.Module) -> QuantRecipe:
+    """`recipe` (a name or QuantRecipe) bound to `model` (a transformer, peft-wrapped or not): a size
+    threshold given per width (`QuantRecipe.min_dim_per_width`) becomes the number of features at this
+    model's width; any other recipe comes back as it is."""
+    recipe = get_recipe(recipe)
+    if recipe.min_dim_per_width is None:
+        return recipe
+    try:
+        width = model_width(getattr(_policy_root(model), "config", None))
+    except ValueError as err:
+        raise ValueError(f"recipe {recipe.name!r} sets its size threshold per model width: {err}") from None
+    return recipe.for_width(width)
 
 
 def quantizes(recipe: QuantRecipe, name: str, module) -> bool:

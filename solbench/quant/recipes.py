@@ -62,6 +62,12 @@ class QuantRecipe:
             that the reference model fuses into one Linear above min_dim and diffusers splits
             into smaller ones (SANA's cross-attention kv_linear, 2240 -> 4480, is diffusers'
             attn2.to_k and attn2.to_v, 2240 -> 2240 each).
+        min_dim_per_width: the size threshold as a share of the model's width (its hidden size,
+            attention heads x head dim) instead of a number of features, for a rule scaled across
+            models of several widths (the embedded tiny model's recipes: SANA's threshold is its
+            width, share 1.0; FLUX's is 1000 of 3072). `for_width` turns it into min_dim =
+            round(share x width); `quantized_copy` and the FLOP split do so with the model's width.
+            None (the default): min_dim is the threshold as written. Not both.
         backend: "emulated" (fake quantization in plain torch, runs anywhere), "te"
             (TransformerEngine te.Linear on Blackwell (NVFP4) / Hopper+ (FP8) GPUs) or "torch"
             (torch's scaled matmul on the same tensor cores, no TE: solbench.quant.native).
@@ -77,6 +83,7 @@ class QuantRecipe:
     skip: Tuple[str, ...] = ()
     min_dim: int = 0
     min_dim_exempt: Tuple[str, ...] = ()
+    min_dim_per_width: Optional[float] = None
     backend: str = "emulated"
     nonfinite: str = "error"
     description: str = ""
@@ -110,6 +117,13 @@ class QuantRecipe:
             raise ValueError(f"{where}: nonfinite must be 'error' or 'propagate', got {self.nonfinite!r}")
         if not isinstance(self.min_dim, int) or isinstance(self.min_dim, bool) or self.min_dim < 0:
             raise ValueError(f"{where}: min_dim must be a non-negative int, got {self.min_dim!r}")
+        share = self.min_dim_per_width
+        if share is not None:
+            if isinstance(share, bool) or not isinstance(share, (int, float)) or not share > 0:
+                raise ValueError(f"{where}: min_dim_per_width must be a positive number or None, got {share!r}")
+            if self.min_dim:
+                raise ValueError(f"{where}: give the size threshold as min_dim ({self.min_dim}) or as "
+                                 f"min_dim_per_width ({share}), not both")
         if not isinstance(self.activations, bool):
             raise TypeError(f"{where}: activations must be a bool, got {self.activations!r}")
         skip = (self.skip,) if isinstance(self.skip, str) else tuple(self.skip)
@@ -137,12 +151,25 @@ class QuantRecipe:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    def for_width(self, width: int) -> "QuantRecipe":
+        """This recipe on a model of hidden size `width`: a threshold given per width made absolute
+        (min_dim = round(min_dim_per_width x width)); a recipe with an absolute min_dim unchanged."""
+        if self.min_dim_per_width is None:
+            return self
+        if isinstance(width, bool) or not isinstance(width, int) or width <= 0:
+            raise ValueError(f"QuantRecipe {self.name!r}: model width must be a positive int, got {width!r}")
+        return self.replace(min_dim=int(round(self.min_dim_per_width * width)), min_dim_per_width=None)
+
     def matching_skip_pattern(self, name: str) -> Optional[str]:
         """The first skip pattern matching `name` or one of its ancestors, else None."""
         return _first_match(self._compiled_skip, name)
 
     def skip_reason(self, name: str, layer: nn.Module) -> Optional[str]:
         """Why the Linear `name` stays in full precision under this recipe, or None if it is quantized."""
+        if self.min_dim_per_width is not None:
+            raise ValueError(f"QuantRecipe {self.name!r} sets its size threshold per model width "
+                             f"(min_dim_per_width {self.min_dim_per_width}): bind it to the model first, "
+                             "recipe.for_width(width) or solbench.quant.recipe_for_model(recipe, model)")
         pattern = self.matching_skip_pattern(name)
         if pattern is not None:
             return f"matches skip pattern {pattern!r}"
@@ -254,10 +281,11 @@ RECIPES: Dict[str, QuantRecipe] = {
         QuantRecipe(
             name="nvfp4_tiny",
             format="nvfp4",
-            # The paper's rule scaled to the embedded tiny FLUX model (width 128): FLUX's name skips,
-            # and SANA's size threshold, which is that model's width (min_dim 2240 on a 2240-wide
-            # model), at this model's width: every Linear with in and out features <= 128 (the
-            # attention projections, q/k/v/out of both streams) stays in fp32. FLUX's own threshold
+            # The paper's rule scaled to the embedded tiny FLUX model: FLUX's name skips, and SANA's
+            # size threshold, which is that model's width (min_dim 2240 on a 2240-wide model), at the
+            # tiny model's width (min_dim_per_width 1.0: 128 on the shipped width-128 model, 256 on a
+            # width-256 one): every Linear with in and out features <= the width (the attention
+            # projections, q/k/v/out of both streams) stays in fp32. FLUX's own threshold
             # (1000 on a 3072-wide model) scales to 42 and would keep none. Measured
             # (docs/embedded-world.md, 33 held-out prompts x 16 seeds, shapes_geneval): the size rule
             # lifts NVFP4's rank correlation from 0.78 to 0.86 on the v1 weights; the shipped v2
@@ -265,22 +293,24 @@ RECIPES: Dict[str, QuantRecipe] = {
             # full precision, as in the feasibility run, where quantizing x_embedder (raw pixel
             # patches) destroyed the ranking.
             skip=_FLUX_SKIP + ("proj_out", "*.proj_out"),
-            min_dim=128,
+            min_dim_per_width=1.0,
             description="NVFP4 W4A4 for the embedded tiny FLUX model: embedders, norm_out, proj_out layers and "
-                        "layers with in and out features <= 128 (the model's width: attention) in fp32",
+                        "layers with in and out features <= the model's width (128 shipped: attention) in fp32",
         ),
         QuantRecipe(
             name="nvfp4_tiny_flux",
             format="nvfp4",
             # FLUX.1's rule (nvfp4_flux) scaled to the embedded tiny FLUX model: the same name skips
             # (the embedders and norm_out), and FLUX's size threshold in proportion to the width,
-            # 1000 / 3072 x 128 = 42. No Linear of this model has both sides <= 42, so every block
-            # Linear and the final proj_out run NVFP4: 41 of 48 Linears, as nvfp4_flux puts 495 of
-            # FLUX.1's 504 in NVFP4. The SANA analogue, nvfp4_tiny, keeps the attention in fp32.
+            # 1000 / 3072 of it (42 at the shipped width 128, 83 at 256). No Linear of the tiny model
+            # is that small on both sides, so every block Linear and the final proj_out run NVFP4:
+            # 41 of 48 Linears, as nvfp4_flux puts 495 of FLUX.1's 504 in NVFP4. The SANA analogue,
+            # nvfp4_tiny, keeps the attention in fp32.
             skip=_FLUX_SKIP,
-            min_dim=42,
+            min_dim_per_width=1000 / 3072,
             description="NVFP4 W4A4, FLUX.1's rule scaled to the embedded tiny FLUX model: embedders and norm_out "
-                        "in fp32, layers with in and out features <= 42 (none) in fp32; every block Linear NVFP4",
+                        "in fp32, layers with in and out features <= 1000/3072 of the width (none) in fp32; every "
+                        "block Linear NVFP4",
         ),
     )
 }
