@@ -431,11 +431,12 @@ def main(argv: list[str] | None = None) -> int:
     anchored, excluded = layer_lists["anchor"], layer_lists["exclude"]
     if args.consistency_recipe is None and (excluded or args.consistency_weights_only):
         p.error("--consistency-exclude and --consistency-weights-only need --consistency-recipe")
+    consistency_recipe = None
     if args.consistency_recipe is not None:
-        from solbench.quant import UnknownRecipeError, get_recipe
+        from solbench.quant import UnknownRecipeError, recipe_for_model
 
-        try:
-            get_recipe(args.consistency_recipe)
+        try:  # bound to this model's width once, not on every step
+            consistency_recipe = recipe_for_model(args.consistency_recipe, model.transformer)
         except UnknownRecipeError as err:
             p.error(f"--consistency-recipe: {err}")
     params, ema_params = list(model.parameters()), list(ema.parameters())
@@ -459,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.noise_consistency > 0:
                 consistency = perturbation_consistency(model, x_t, t, tokens, pooled, v, args.consistency_sigma,
                                                        args.seed, step, args.consistency_kind, args.consistency_min_t,
-                                                       args.consistency_max_t, args.consistency_recipe,
+                                                       args.consistency_max_t, consistency_recipe,
                                                        args.consistency_weights_only, anchored, excluded)
                 consistencies.append(consistency.item())
                 loss = loss + args.noise_consistency * consistency

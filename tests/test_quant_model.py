@@ -317,13 +317,14 @@ def test_a_size_threshold_per_width_binds_to_the_model_it_is_applied_to(tmp_path
     wide = TinyT2I(TinyT2IConfig(num_attention_heads=8))
     save_tiny(wide, tmp_path / "tiny_t2i.safetensors", tmp_path / "tiny_t2i.json")
     splits = {name: precision_split("tiny", name, path=str(tmp_path)) for name in ("nvfp4_tiny", "nvfp4_tiny_flux")}
+    summaries = {}
     for name, (count, share) in {"nvfp4_tiny": (16, 0.496), "nvfp4_tiny_flux": (41, 0.995)}.items():
-        rows = quantization_summary(quantized_copy(wide.transformer, name))
-        quantized = {row.name for row in rows if row.quantized}
+        rows = summaries[name] = {row.name: row for row in quantization_summary(quantized_copy(wide.transformer, name))}
+        quantized = {row_name for row_name, row in rows.items() if row.quantized}
         assert len(rows) == 48 and len(quantized) == count, name
         assert quantized == {layer.name for layer, q in splits[name].layers if q}, name
         assert splits[name].quantized / splits[name].linear == pytest.approx(share, abs=0.005), name
-    rows = {row.name: row for row in quantization_summary(quantized_copy(wide.transformer, "nvfp4_tiny"))}
+    rows = summaries["nvfp4_tiny"]
     assert rows["transformer_blocks.0.attn.to_q"].reason == "in_features 256 and out_features 256 <= min_dim 256"
     assert rows["transformer_blocks.0.ff.net.0.proj"].quantized
 

@@ -274,18 +274,23 @@ def model_width(config) -> int:
     return heads * head_dim
 
 
-def recipe_for_model(recipe: Union[str, QuantRecipe], model: nn.Module) -> QuantRecipe:
-    """`recipe` (a name or QuantRecipe) bound to `model` (a transformer, peft-wrapped or not): a size
-    threshold given per width (`QuantRecipe.min_dim_per_width`) becomes the number of features at this
-    model's width; any other recipe comes back as it is."""
+def recipe_for_config(recipe: Union[str, QuantRecipe], config) -> QuantRecipe:
+    """`recipe` (a name or QuantRecipe) bound to the transformer whose config (a dict or the model's
+    ``config``) is given: a size threshold given per width (`QuantRecipe.min_dim_per_width`) becomes the
+    number of features at this model's width; any other recipe comes back as it is."""
     recipe = get_recipe(recipe)
     if recipe.min_dim_per_width is None:
         return recipe
     try:
-        width = model_width(getattr(_policy_root(model), "config", None))
+        width = model_width(config)
     except ValueError as err:
         raise ValueError(f"recipe {recipe.name!r} sets its size threshold per model width: {err}") from None
     return recipe.for_width(width)
+
+
+def recipe_for_model(recipe: Union[str, QuantRecipe], model: nn.Module) -> QuantRecipe:
+    """`recipe_for_config` with the config of `model` (a transformer, peft-wrapped or not)."""
+    return recipe_for_config(recipe, getattr(_policy_root(model), "config", None))
 
 
 def quantizes(recipe: QuantRecipe, name: str, module) -> bool:

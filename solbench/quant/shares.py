@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from solbench.flops import LinearLayer, linear_layers, model_architecture
-from solbench.quant.model import model_width, quantizes
+from solbench.quant.model import quantizes, recipe_for_config
 from solbench.quant.recipes import QuantRecipe, get_recipe
 
 #: A quantization recipe name that quantizes nothing (fidelity's step-budget control, BF16 methods).
@@ -79,9 +79,7 @@ def _split(model, recipe, resolution, path, backend) -> PrecisionSplit:
     class_name, config, shape_key = model_architecture(model, resolution=resolution, path=path)
     total, layers = linear_layers(class_name, config, shape_key)
     if recipe != NO_RECIPE:
-        recipe = get_recipe(recipe)
-        if recipe.min_dim_per_width is not None:  # a size threshold given per width, at this model's
-            recipe = recipe.for_width(model_width(config))
+        recipe = recipe_for_config(recipe, config)  # a size threshold given per width, at this model's
         if backend is not None:
             recipe = recipe.replace(backend=backend)
     return split_layers(layers, total, recipe, model=model)
