@@ -106,6 +106,10 @@ def test_a_spec_runs_as_one_job_array_and_a_crash_is_reported_with_its_traceback
     assert env["solbench_path"] == str(snapshot / "solbench") and env["git_sha"]
     assert (snapshot / "solbench" / "methods" / "sol_rl.py").is_file()
     wait_until(lambda: sacct_state(job_ids[by_seed[1].run_id]) == "FAILED", 30, "sacct FAILED")
+    # the run writes "done" before its job process exits, so Slurm may still say RUNNING for a moment;
+    # once the job has ended it must have exited cleanly (a done run whose job then FAILED is a bug)
+    ended = lambda: sacct_state(job_ids[by_seed[0].run_id]) not in {"", "PENDING", "RUNNING", "COMPLETING"}
+    wait_until(ended, 30, "the done job to end")
     assert sacct_state(job_ids[by_seed[0].run_id]) == "COMPLETED"
 
     # re-running relaunches only the failed run
