@@ -30,7 +30,9 @@ precision does, as on the paper's large models; docs/embedded-world.md has what 
 weight blocks and, for a W4A4 recipe, its input rounding), with --consistency-exclude and
 --consistency-anchor to change how single layers enter it; against nvfp4_tiny_flux (FLUX's coverage)
 the measured stages bought rank fidelity at a cost in samples that v2 could not pay (the doc's
-"At FLUX's coverage").
+"At FLUX's coverage"). --distill-from T adds a distillation term towards a frozen teacher T (usually the
+stage's own --init-from model), so that what the stage changes is the copy's robustness more than what the
+model draws.
 
 Checkpoints (model, EMA, optimizer, step) go to build/pretrain_tiny/ every --checkpoint-every steps,
 and each checkpoint also exports the EMA weights to solbench/assets/, so a partial run is usable.
@@ -359,6 +361,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="apply the consistency loss only to samples with t >= this (1 = pure noise); 0 = all")
     p.add_argument("--consistency-max-t", type=float, default=1.0,
                    help="... and with t <= this; 1 = all")
+    p.add_argument("--distill-from", type=Path, default=None,
+                   help="a teacher (weights folder, usually the --init-from model): adds --distill-weight x the mean "
+                        "squared gap between this model's velocity and the frozen teacher's on the same inputs, so a "
+                        "consistency stage keeps what the teacher draws while it learns to survive the rounding")
+    p.add_argument("--distill-weight", type=float, default=1.0)
     p.add_argument("--shift", type=float, default=None,
                    help="sampling sigma-schedule shift recorded with the weights (tiny_t2i.json) and used by the "
                         "evaluation (default: the --init-from model's, else 1.0, a uniform grid)")
@@ -416,8 +423,11 @@ def main(argv: list[str] | None = None) -> int:
                 "consistency_weights_only": args.consistency_weights_only,
                 "consistency_anchor": list(anchored), "consistency_exclude": list(excluded),
                 "init_from": init_meta, "threads": args.threads,
+                "distill_from": None if args.distill_from is None else str(args.distill_from),
+                "distill_weight": args.distill_weight if args.distill_from is not None else None,
                 "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None,  # with the consistency term
-                "recent_consistency": float(np.mean(consistencies[-args.log_every:])) if consistencies else None}
+                "recent_consistency": float(np.mean(consistencies[-args.log_every:])) if consistencies else None,
+                "recent_distill": float(np.mean(distills[-args.log_every:])) if distills else None}
         (out_dir / f"{ASSET_NAME}_train.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     known = dict(model.transformer.named_modules())
@@ -439,10 +449,17 @@ def main(argv: list[str] | None = None) -> int:
             consistency_recipe = recipe_for_model(args.consistency_recipe, model.transformer)
         except UnknownRecipeError as err:
             p.error(f"--consistency-recipe: {err}")
+    teacher = None
+    if args.distill_from is not None:
+        teacher = load_tiny(folder=args.distill_from).eval().requires_grad_(False)
+        if teacher.config.num_attention_heads != model.config.num_attention_heads:
+            p.error(f"--distill-from: the teacher has {teacher.config.num_attention_heads} heads, the model "
+                    f"{model.config.num_attention_heads}")
     params, ema_params = list(model.parameters()), list(ema.parameters())
     noisy_weights = block_linear_weights(model) if (args.weight_noise > 0 or args.nvfp4_every > 0) else []
     losses: list[float] = []
     consistencies: list[float] = []
+    distills: list[float] = []
     total = args.steps if not args.measure else start + args.measure + 3
     t0 = time.perf_counter()
     for step in range(start, total):
@@ -457,6 +474,13 @@ def main(argv: list[str] | None = None) -> int:
             tokens, pooled = model.encode(captions)
             v = model.velocity(model.transformer, x_t, t, tokens, pooled)
             loss = torch.nn.functional.mse_loss(v, noise - images)
+            if teacher is not None:
+                with torch.no_grad():
+                    t_tokens, t_pooled = teacher.encode(captions)
+                    v_teacher = teacher.velocity(teacher.transformer, x_t, t, t_tokens, t_pooled)
+                distill = torch.nn.functional.mse_loss(v, v_teacher)
+                distills.append(distill.item())
+                loss = loss + args.distill_weight * distill
             if args.noise_consistency > 0:
                 consistency = perturbation_consistency(model, x_t, t, tokens, pooled, v, args.consistency_sigma,
                                                        args.seed, step, args.consistency_kind, args.consistency_min_t,
@@ -481,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
             rate = (done - start) / (time.perf_counter() - t0)
             print(f"step {done}/{args.steps} loss {np.mean(losses[-args.log_every:]):.4f} "
                   + (f"consistency {np.mean(consistencies[-args.log_every:]):.5f} " if consistencies else "")
+                  + (f"distill {np.mean(distills[-args.log_every:]):.3e} " if distills else "")
                   + f"lr {sched.get_last_lr()[0]:.2e} {rate:.2f} steps/s", flush=True)
         if not args.measure and (done % args.checkpoint_every == 0 or done == args.steps):
             checkpoint(done, losses)

@@ -171,6 +171,36 @@ def test_pretraining_a_wider_model_from_scratch_and_continuing_it(tmp_path, caps
     assert "the --init-from model has 8 heads" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
+def test_distillation_from_a_frozen_teacher_measures_and_closes_the_gap_to_it(tmp_path, capsys):
+    # Bugs caught: --distill-from loading another model than the folder named (the gap would not start at
+    # 0 from the teacher's own weights), a teacher that trains along with the student (the gap stays 0),
+    # a term that is logged but not added to the loss or enters with the wrong sign (a heavy weight would not
+    # keep the student's velocity nearer its teacher's), and a teacher of another width accepted.
+    module = _pretrain_module()
+    _run(module, tmp_path / "teacher", "--steps", "2")
+
+    def gaps(folder, weight):
+        capsys.readouterr()
+        _run(module, folder, "--init-from", str(tmp_path / "teacher"), "--steps", "5", "--log-every", "1",
+             "--lr", "1e-3", "--warmup", "1", "--distill-from", str(tmp_path / "teacher"), "--distill-weight", weight)
+        return [float(line.split("distill ")[1].split()[0]) for line in capsys.readouterr().out.splitlines()
+                if " distill " in line]
+
+    measured, held = gaps(tmp_path / "measured", "1e-9"), gaps(tmp_path / "held", "1000")
+    assert len(held) == 5 and held[0] < 1e-10 and measured[0] < 1e-10  # step 1 starts at the teacher itself
+    assert measured[1] > 1e-6 and measured[-1] > measured[1]  # the student drifts from its frozen teacher
+    assert held[-1] < 0.5 * measured[-1]  # and the term, weighted, holds it near
+    meta = json.loads((tmp_path / "held" / "tiny_t2i_train.json").read_text())
+    assert meta["distill_from"] == str(tmp_path / "teacher") and meta["distill_weight"] == 1000
+    assert meta["recent_distill"] == pytest.approx(held[-1], rel=1e-3)
+    _run(module, tmp_path / "wide", "--steps", "1", "--heads", "8")
+    with pytest.raises(SystemExit):
+        module.main(["--init-from", str(tmp_path / "teacher"), "--distill-from", str(tmp_path / "wide"),
+                     "--steps", "1", "--no-eval", "--workdir", str(tmp_path / "x"), "--out", str(tmp_path / "x")])
+    assert "the teacher has 8 heads, the model 4" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
 def test_learning_rate_schedule_shape():
     module = _pretrain_module()
     f = [module.lr_factor(s, warmup=10, total=100) for s in range(100)]
