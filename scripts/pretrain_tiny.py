@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a teacher (weights folder, usually the --init-from model): adds --distill-weight x the mean "
                         "squared gap between this model's velocity and the frozen teacher's on the same inputs, so a "
                         "consistency stage keeps what the teacher draws while it learns to survive the rounding")
-    p.add_argument("--distill-weight", type=float, default=1.0)
+    p.add_argument("--distill-weight", type=float, default=None, help="with --distill-from (default 1)")
     p.add_argument("--shift", type=float, default=None,
                    help="sampling sigma-schedule shift recorded with the weights (tiny_t2i.json) and used by the "
                         "evaluation (default: the --init-from model's, else 1.0, a uniform grid)")
@@ -450,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
         except UnknownRecipeError as err:
             p.error(f"--consistency-recipe: {err}")
     teacher = None
+    if args.distill_weight is not None and args.distill_from is None:
+        p.error("--distill-weight needs --distill-from (the teacher)")
+    if args.distill_weight is None:
+        args.distill_weight = 1.0
     if args.distill_from is not None:
         teacher = load_tiny(folder=args.distill_from).eval().requires_grad_(False)
         if teacher.config.num_attention_heads != model.config.num_attention_heads:

@@ -199,6 +199,10 @@ def test_distillation_from_a_frozen_teacher_measures_and_closes_the_gap_to_it(tm
         module.main(["--init-from", str(tmp_path / "teacher"), "--distill-from", str(tmp_path / "wide"),
                      "--steps", "1", "--no-eval", "--workdir", str(tmp_path / "x"), "--out", str(tmp_path / "x")])
     assert "the teacher has 8 heads, the model 4" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    with pytest.raises(SystemExit):  # a weight without a teacher would otherwise train without the term, silently
+        module.main(["--distill-weight", "10", "--steps", "1", "--no-eval", "--workdir", str(tmp_path / "x"),
+                     "--out", str(tmp_path / "x")])
+    assert "--distill-weight needs --distill-from" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 def test_learning_rate_schedule_shape():
