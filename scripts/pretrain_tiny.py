@@ -370,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="sampling sigma-schedule shift recorded with the weights (tiny_t2i.json) and used by the "
                         "evaluation (default: the --init-from model's, else 1.0, a uniform grid)")
     args = p.parse_args(argv)
+    if args.distill_weight is not None and args.distill_from is None:  # before anything loads
+        p.error("--distill-weight needs --distill-from (the teacher)")
+    if args.distill_weight is None:
+        args.distill_weight = 1.0
 
     torch.set_num_threads(args.threads)
     out_dir = args.out or asset_path(f"{ASSET_NAME}.json").parent
@@ -450,10 +454,6 @@ def main(argv: list[str] | None = None) -> int:
         except UnknownRecipeError as err:
             p.error(f"--consistency-recipe: {err}")
     teacher = None
-    if args.distill_weight is not None and args.distill_from is None:
-        p.error("--distill-weight needs --distill-from (the teacher)")
-    if args.distill_weight is None:
-        args.distill_weight = 1.0
     if args.distill_from is not None:
         teacher = load_tiny(folder=args.distill_from).eval().requires_grad_(False)
         if teacher.config.num_attention_heads != model.config.num_attention_heads:
