@@ -36,7 +36,9 @@ fi
 mkdir -p "$WORK/pkg/solbench"
 for entry in solbench/*; do ln -s "$PWD/$entry" "$WORK/pkg/solbench/"; done
 ln -s "$PWD/methods" "$WORK/pkg/solbench/methods"
-export PYTHONPATH="${SITE}$WORK/pkg${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+# PYTHONSAFEPATH (Python 3.11+): `python -m solbench` must not put the repository root first on sys.path,
+# where solbench/ has no methods/ subpackage; the laid-out copy in $WORK/pkg is the one to import.
+export PYTHONPATH="${SITE}$WORK/pkg${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PYTHONSAFEPATH=1
 
 DEADLINE_S=${DEADLINE_S:-585}
 status=0

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -21,12 +22,33 @@ from test_measure import SPEC
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _python_without_solbench(tmp_path: Path) -> tuple[str, str]:
+    """A python like the GPU machine's: this interpreter's packages, but no solbench installed.
+
+    Returns (wrapper, site): the wrapper runs this interpreter with -S (no site-packages, so no editable
+    install's finder), and ``site`` holds links to every installed distribution except solbench's.
+    """
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    site = tmp_path / "site"
+    site.mkdir()
+    for entry in purelib.iterdir():
+        if not entry.name.lower().startswith(("solbench", "__editable__", "_solbench")):
+            (site / entry.name).symlink_to(entry)
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper), str(site)
+
+
 def test_gpu_measure_script_runs_the_check_and_the_measurement_and_collects_their_files(tmp_path):
+    """Also the bug of `python -m solbench` importing the repository's solbench/ (no methods/ in it) ahead of
+    the laid-out copy: the interpreter here has no solbench installed, as on the GPU machine."""
     spec = tmp_path / "measure_check.yaml"
     spec.write_text(textwrap.dedent(SPEC))
     out = tmp_path / "out"
+    python, site = _python_without_solbench(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHON=sys.executable, OUT=str(out), SOLBENCH_WHEELS=str(tmp_path / "no-wheels"),
+    env.update(PYTHON=python, PYTHONPATH=site, OUT=str(out), SOLBENCH_WHEELS=str(tmp_path / "no-wheels"),
                SOLBENCH_MEASURE_ARGS="--tiny --methods sol_rl")
     proc = subprocess.run(["bash", "scripts/gpu_measure.sh", str(spec), "120"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
