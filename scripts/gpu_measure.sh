@@ -8,11 +8,13 @@
 #    /tmp/solbench_pkg, without pip touching torch;
 # 3. scripts/gpu_check.py: the scaled-matmul explore backend against the emulated numbers at FLUX's
 #    layer shapes, sync-free, and its speed; fp32 LoRA state on a bf16 GPU model (about a minute);
-# 4. `solbench doctor SPEC --measure --budget BUDGET_S`: one iteration per method at published shapes;
+# 4. `solbench doctor SPEC --measure --isolate --budget BUDGET_S`: one iteration per method at published shapes,
+#    each method in its own process;
 # Everything lands in $OUT (the device tool's output folder; ./gpu_measure_out when unset): gpu_check.json,
 # measure.json and measure.md (rewritten after every method, so a run cut short keeps what it measured)
 # and gpu_measure.log. The whole script stays under the device tool's 600 s per command (DEADLINE_S).
-# Extra arguments for the measurement go in SOLBENCH_MEASURE_ARGS (e.g. "--tiny --methods sol_rl").
+# Extra arguments for the measurement go in SOLBENCH_MEASURE_ARGS (e.g. "--tiny --methods sol_rl");
+# SOLBENCH_SKIP_CHECK=1 leaves step 3 out (a second measurement on the same machine).
 set -uo pipefail
 SPEC=${1:-experiments/flux_main.yaml}
 BUDGET=${2:-420}
@@ -42,9 +44,12 @@ export PYTHONPATH="${SITE}$WORK/pkg${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED
 
 DEADLINE_S=${DEADLINE_S:-585}
 status=0
-timeout 120 "$PYTHON" scripts/gpu_check.py --out "$OUT_DIR" || { echo "gpu_measure: gpu_check exit $?"; status=1; }
+if [ -z "${SOLBENCH_SKIP_CHECK:-}" ]; then
+  timeout 120 "$PYTHON" scripts/gpu_check.py --out "$OUT_DIR" || { echo "gpu_measure: gpu_check exit $?"; status=1; }
+fi
+# --isolate: each method in its own process, so a CUDA error that ends a process ends only its method's row
 # shellcheck disable=SC2086  # SOLBENCH_MEASURE_ARGS is a list of arguments
-timeout $((DEADLINE_S - SECONDS)) "$PYTHON" -m solbench doctor "$SPEC" --measure --budget "$BUDGET" \
+timeout $((DEADLINE_S - SECONDS)) "$PYTHON" -m solbench doctor "$SPEC" --measure --isolate --budget "$BUDGET" \
   --out "$OUT_DIR" ${SOLBENCH_MEASURE_ARGS:-} || { echo "gpu_measure: measure exit $?"; status=1; }
 echo "gpu_measure: done $(date -u +%FT%TZ) after ${SECONDS}s, status $status"
 exit $status

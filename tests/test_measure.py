@@ -90,3 +90,52 @@ def test_measure_starts_no_method_past_its_budget(spec, tmp_path):
 def test_measure_names_an_unknown_method(spec, tmp_path, capsys):
     assert cli.main(["doctor", str(spec), "--measure", "--tiny", "--out", str(tmp_path), "--methods", "awm"]) == 2
     assert "--methods: awm not in" in capsys.readouterr().err
+
+
+def test_a_cuda_error_keeps_the_phases_measured_names_its_phase_and_leaves_the_rest_out(spec, tmp_path, monkeypatch):
+    """The bugs: a non-OOM error in the iteration dropping every phase measured before it (flux_main on an
+    H200 hit an illegal memory access in train), or the next method being run on a dead CUDA context."""
+    from solbench.trainer import Trainer
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(Trainer, "optimize", broken)
+    out = tmp_path / "out"
+    assert cli.main(["doctor", str(spec), "--measure", "--tiny", "--out", str(out)]) == 1
+    result = json.loads((out / "measure.json").read_text())
+    (sol,) = result["methods"]
+    assert [p["phase"] for p in sol["phases"]] == ["explore", "reward", "select", "regenerate", "reward"]
+    assert sol["error"] == "RuntimeError in phase train: CUDA error: an illegal memory access was encountered"
+    assert sol["context_lost"]
+    assert [m["method"] for m in result["left_out"]] == ["naive_scaling", "diffusion_nft"]
+    assert all("CUDA context was lost in sol_rl's run" in m["why"] for m in result["left_out"])
+    assert "**stopped: RuntimeError in phase train" in (out / "measure.md").read_text()
+
+
+def test_isolate_measures_each_method_in_its_own_process_past_one_that_dies(spec, tmp_path, monkeypatch):
+    """The bug: one method's process dying (a lost CUDA context, a segfault) ending the measurement. With
+    --isolate each method runs in a child `solbench doctor --measure --methods M`; sol_rl's child is made to
+    die in train here (a sitecustomize the children import), naive_scaling's is measured as usual."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent("""
+        import os
+        from solbench.trainer import Trainer
+        _optimize = Trainer.optimize
+        def optimize(self, *args, **kwargs):
+            if self.cfg.method == "sol_rl":
+                os._exit(3)
+            return _optimize(self, *args, **kwargs)
+        Trainer.optimize = optimize
+    """))
+    monkeypatch.setenv("PYTHONPATH", str(hook))
+    out = tmp_path / "out"
+    assert cli.main(["doctor", str(spec), "--measure", "--tiny", "--isolate", "--out", str(out),
+                     "--methods", "sol_rl,naive_scaling"]) == 1
+    result = json.loads((out / "measure.json").read_text())
+    sol, naive = result["methods"]
+    assert sol["method"] == "sol_rl" and sol["error"].startswith("its process exited 3 without a result")
+    assert not naive["error"] and [p["phase"] for p in naive["phases"]] == ["rollout", "reward", "select", "train"]
+    assert result["isolated"] and result["device"].startswith("CPU") and result["left_out"] == []
+    assert "each method in its own process" in (out / "measure.md").read_text()

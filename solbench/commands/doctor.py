@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", default=None, help="--measure: comma-separated methods (default: all, "
                                                         "sol_rl and naive_scaling first)")
     parser.add_argument("--tiny", action="store_true", help="--measure: the tiny shapes the CPU tests use")
+    parser.add_argument("--isolate", action="store_true",
+                        help="--measure: each method in its own process, so a CUDA error that ends one process "
+                             "(an illegal memory access) ends only that method's row")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -89,7 +92,7 @@ def _measure(args: argparse.Namespace) -> int:
         raise ConfigError("--measure needs a SPEC")
     out = Path(args.out) if args.out else Path("results") / "measure" / Path(args.spec).stem
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
-    result = measure_spec(args.spec, out, tiny=args.tiny, budget_s=args.budget, methods=methods)
+    result = measure_spec(args.spec, out, tiny=args.tiny, budget_s=args.budget, methods=methods, isolate=args.isolate)
     print(json.dumps(result, indent=1) if args.json else markdown(result))
     print(f"wrote {out / 'measure.json'} and {out / 'measure.md'}")
     return 1 if any(m["error"] for m in result["methods"]) else 0

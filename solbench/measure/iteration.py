@@ -48,10 +48,20 @@ class MeasuringTimer(PhaseTimer):
         super().__init__()
         self.device = torch.device(device)
         self.log: list[tuple] = []  # (PhaseRecord, peak bytes), every phase, in completion order
+        self.failed: str | None = None  # the innermost phase an exception left, once one has
         self._stack: list[list[int]] = []
 
     @contextmanager
     def phase(self, name: str, **kw):
+        try:
+            with self._measured(name, **kw) as record:
+                yield record
+        except BaseException:
+            self.failed = self.failed or name  # the innermost phase sees the exception first
+            raise
+
+    @contextmanager
+    def _measured(self, name: str, **kw):
         with super().phase(name, **kw) as record:
             if self.device.type == "cuda":
                 if self._stack:
@@ -61,6 +71,7 @@ class MeasuringTimer(PhaseTimer):
                 try:
                     yield record
                 finally:
+                    # a CUDA error (an illegal address) raises here too: the phase is then not logged
                     torch.cuda.synchronize(self.device)
                     peak = max(self._stack.pop()[0], torch.cuda.max_memory_allocated(self.device))
                     if self._stack:
@@ -86,6 +97,7 @@ class MethodMeasurement:
     phases: list[dict] = field(default_factory=list)
     predicted: dict = field(default_factory=dict)
     error: str = ""
+    context_lost: bool = False  # the error left the CUDA context unusable (solbench.measure.iteration)
 
 
 def _device() -> torch.device:
@@ -176,9 +188,10 @@ def _measure_run(cfg, *, device: torch.device, tiny: bool, rewards: dict, workdi
     trainer.step = 1
     try:
         trainer.train_iteration()
-    except torch.cuda.OutOfMemoryError as err:  # what ran until then is still reported
-        failed = timer.log[-1][0].phase if timer.log else "?"  # the phase that ran out logs itself on the way out
-        result.error = f"out of GPU memory in phase {failed}: {str(err).splitlines()[0]}"
+    except Exception as err:  # what ran until then is still reported, with the phase that failed
+        what = "out of GPU memory" if isinstance(err, torch.cuda.OutOfMemoryError) else type(err).__name__
+        result.error = f"{what} in phase {timer.failed or '?'}: {_first_line(err)}"
+        result.context_lost = _cuda_context_lost(err)
     result.iteration_s = time.perf_counter() - start
     per_forward = adapter.flops_per_forward()
     for record, peak in timer.log:
@@ -193,9 +206,21 @@ def _measure_run(cfg, *, device: torch.device, tiny: bool, rewards: dict, workdi
         })
     del trainer, adapter
     gc.collect()
-    if device.type == "cuda":
+    if device.type == "cuda" and not result.context_lost:
         torch.cuda.empty_cache()
     return result
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [""])[0][:300]
+
+
+def _cuda_context_lost(err: BaseException) -> bool:
+    """Whether ``err`` leaves this process's CUDA context unusable (an illegal address, a device-side
+    assert): every later CUDA call fails, so no other method can be measured in this process."""
+    text = str(err)
+    return type(err).__name__ == "AcceleratorError" or any(
+        s in text for s in ("illegal memory access", "device-side assert", "unspecified launch failure"))
 
 
 # Which of the doctor's activation items a phase's peak holds (besides every weights item).
@@ -240,56 +265,105 @@ def _hardware_profile() -> str | None:
 
 
 def measure_spec(spec_path, out_dir, *, tiny: bool = False, budget_s: float = 480.0,
-                 methods: list[str] | None = None, device: torch.device | str | None = None) -> dict:
+                 methods: list[str] | None = None, device: torch.device | str | None = None,
+                 isolate: bool = False) -> dict:
     """Measure one iteration per method of ``spec_path`` here; write measure.json and measure.md to
-    ``out_dir`` and return the JSON. Stops starting methods when the next would overrun ``budget_s``."""
-    from solbench.measure.published import build_rewards
+    ``out_dir`` and return the JSON. Stops starting methods when the next would overrun ``budget_s``.
+
+    ``isolate``: each method in its own process (`solbench doctor SPEC --measure --methods M`), so an
+    error that leaves the CUDA context unusable ends that method's row only; without it such an error
+    leaves the remaining methods out, saying why."""
     from solbench.measure.table import write_outputs
 
-    device = torch.device(device) if device is not None else _device()
     start = time.perf_counter()
     runs = _method_runs(spec_path, methods)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = sorted({name for cfg in runs for name in (*cfg.rewards, *cfg.eval.rewards)})
-    rewards = build_rewards(names, device, tiny=tiny)
-    for reward in rewards.values():
-        if callable(getattr(reward, "load", None)):
-            reward.load()
+    if isolate:  # this process touches no GPU: the children's peaks and memory are their own
+        device, rewards = None, {}
+    else:
+        device = torch.device(device) if device is not None else _device()
+        rewards = _rewards(runs, device, tiny)
     result = {
-        "spec": str(spec_path), "tiny": tiny, "device": _device_name(device), "torch": torch.__version__,
-        "hardware_profile": _hardware_profile(), "budget_s": budget_s, "elapsed_s": 0.0, "methods": [],
-        "left_out": [],
+        "spec": str(spec_path), "tiny": tiny, "device": _device_name(device) if device else None,
+        "torch": torch.__version__, "hardware_profile": _hardware_profile() if device else None,
+        "budget_s": budget_s, "isolated": isolate, "elapsed_s": 0.0, "methods": [], "left_out": [],
         "not_measured": ["other ranks: gathers and the gradient all-reduce (one GPU, world size 1)",
                          "the other prompt groups of an iteration (one group; phase times scale with images)",
                          "evaluation, checkpoints, loading real weights",
                          "TransformerEngine where it is not installed (backend auto's choice is recorded)"],
     }
-    last = 0.0
+    last, lost = 0.0, None
     with tempfile.TemporaryDirectory(prefix="solbench_measure_runs.") as workdir:  # run stores, not outputs
         for cfg in runs:
             elapsed = time.perf_counter() - start
+            if lost is not None:
+                why = f"the CUDA context was lost in {lost}'s run (its error); measure with --isolate"
+                result["left_out"].append({"method": cfg.method, "why": why})
+                continue
             if elapsed + last > budget_s:
                 why = f"time budget: {elapsed:.0f} s spent, the last method took {last:.0f} s, budget {budget_s:.0f} s"
                 result["left_out"].append({"method": cfg.method, "why": why})
                 continue
             t0 = time.perf_counter()
-            try:
-                measured = _measure_run(cfg, device=device, tiny=tiny, rewards=rewards, workdir=Path(workdir))
-            except Exception as err:  # one method's failure (e.g. out of memory building it) is its row
-                measured = MethodMeasurement(cfg.method, cfg.run_id, error=f"{type(err).__name__}: "
-                                                                           f"{str(err).strip().splitlines()[0][:300]}")
-                gc.collect()
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+            if isolate:
+                measured, child = _measure_in_child(spec_path, cfg, tiny=tiny, workdir=Path(workdir))
+                for key in ("device", "hardware_profile", "torch"):
+                    result[key] = result[key] if child.get(key) is None else child[key]
+            else:
+                try:
+                    measured = _measure_run(cfg, device=device, tiny=tiny, rewards=rewards, workdir=Path(workdir))
+                except Exception as err:  # one method's failure (e.g. out of memory building it) is its row
+                    measured = MethodMeasurement(cfg.method, cfg.run_id, error=f"{type(err).__name__}: {_first_line(err)}",
+                                                 context_lost=_cuda_context_lost(err))
+                    gc.collect()
+                    if device.type == "cuda" and not measured.context_lost:
+                        torch.cuda.empty_cache()
+                if measured.context_lost:
+                    lost = cfg.method
+                _add_projection(measured, cfg, result["hardware_profile"], tiny)
             last = time.perf_counter() - t0
-            _add_projection(measured, cfg, result["hardware_profile"], tiny)
             result["methods"].append(dataclasses.asdict(measured))
             result["elapsed_s"] = round(time.perf_counter() - start, 1)
             write_outputs(result, out_dir)  # after every method: a run cut short keeps what it measured
     result["elapsed_s"] = round(time.perf_counter() - start, 1)
     write_outputs(result, out_dir)
     return result
+
+
+def _rewards(runs, device: torch.device, tiny: bool) -> dict:
+    from solbench.measure.published import build_rewards
+
+    names = sorted({name for cfg in runs for name in (*cfg.rewards, *cfg.eval.rewards)})
+    rewards = build_rewards(names, device, tiny=tiny)
+    for reward in rewards.values():
+        if callable(getattr(reward, "load", None)):
+            reward.load()
+    return rewards
+
+
+def _measure_in_child(spec_path, cfg, *, tiny: bool, workdir: Path) -> tuple[MethodMeasurement, dict]:
+    """One method measured by `solbench doctor SPEC --measure --methods M` in a child process: its row, and
+    the child's whole result (or {} if it wrote none: the row then carries the end of its output)."""
+    import json
+    import subprocess
+    import sys
+
+    out = workdir / f"child_{cfg.method}"
+    # the child runs as this process does: its interpreter flags (-S, -P, ...) and environment
+    cmd = [sys.executable, *subprocess._args_from_interpreter_flags(), "-m", "solbench", "doctor", str(spec_path), "--measure", "--methods", cfg.method,
+           "--budget", "1e9", "--out", str(out)] + (["--tiny"] if tiny else [])
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout, end="", flush=True)  # the child's table and any traceback go to this process's log
+    path = out / "measure.json"
+    child = json.loads(path.read_text()) if path.is_file() else {}
+    rows = [m for m in child.get("methods", []) if m["method"] == cfg.method]
+    if rows:
+        fields = {f.name for f in dataclasses.fields(MethodMeasurement)}
+        return MethodMeasurement(**{k: v for k, v in rows[0].items() if k in fields}), child
+    tail = " | ".join(proc.stdout.strip().splitlines()[-3:])[-300:]
+    return MethodMeasurement(cfg.method, cfg.run_id, error=f"its process exited {proc.returncode} without a "
+                                                             f"result: {tail}"), child
 
 
 def _add_projection(measured: MethodMeasurement, cfg, hardware: str | None, tiny: bool) -> None:

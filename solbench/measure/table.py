@@ -21,11 +21,12 @@ def _fmt(value, digits: int = 3) -> str:
 
 def markdown(result: dict) -> str:
     """The measurement as a Markdown page: a header saying what ran where, one row per phase, notes."""
-    gpu = result["device"]
+    gpu = result["device"] or "(no device reported)"
     lines = [f"# Measured: {Path(result['spec']).name} on {gpu}", "",
              f"One iteration per method at {'tiny (test) shapes' if result['tiny'] else 'published shapes'}, one prompt "
              f"group, one rank, random weights (`solbench doctor {result['spec']} --measure`); torch {result['torch']}; "
-             f"{result['elapsed_s']} s of a {result['budget_s']:.0f} s budget. Peak GB: "
+             f"{result['elapsed_s']} s of a {result['budget_s']:.0f} s budget"
+             + ("; each method in its own process" if result.get("isolated") else "") + ". Peak GB: "
              + ("`torch.cuda.max_memory_allocated` over the phase" if "CPU" not in gpu else
                 "bytes the phase allocated at its peak (CPU)")
              + "; doctor GB: the doctor's itemised weights plus the phase's activation item (no CUDA-context "
