@@ -226,3 +226,22 @@ def test_missing_weights_name_the_model_and_how_to_get_them(name, model_id):
     message = str(err.value)
     assert model_id in message and f"hf download {model_id}" in message and "huggingface-cli" not in message
     assert ("gated" in message) == (name != "sana")
+
+
+def test_a_real_adapter_takes_cudnn_out_of_torchs_attention_backends():
+    """The bug: FLUX.1's attention backward failing in cuDNN's fused attention at training shapes (an illegal
+    memory access in the train phase on an H200, torch 2.11; docs/measured/H200.md). Building any real
+    adapter must switch cuDNN attention off (flash and memory-efficient attention stay on)."""
+    import torch
+
+    from solbench.models.flux import FluxAdapter
+
+    before = (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+              torch.backends.cuda.mem_efficient_sdp_enabled())
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    try:
+        FluxAdapter.from_components(**flux_components(), resolution=32, max_sequence_length=16)
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before[0])

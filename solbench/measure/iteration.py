@@ -30,7 +30,7 @@ import torch
 
 from solbench.timing import PhaseTimer
 
-__all__ = ["MeasuringTimer", "measure_spec", "PRIORITY"]
+__all__ = ["MeasuringTimer", "measure_spec", "predicted_items", "predicted_phase_gb", "PRIORITY"]
 
 PRIORITY = ("sol_rl", "naive_scaling")  # measured first: the paper's headline comparison
 PROMPTS = ["a photo of a red fox sitting in fresh snow", "an empty prompt-free street at night"]
@@ -148,7 +148,6 @@ def _explore_fns(cfg, device: torch.device, notes: list[str]):
 
 
 def _measure_run(cfg, *, device: torch.device, tiny: bool, rewards: dict, workdir: Path) -> MethodMeasurement:
-    from solbench.doctor import SpecNeeds, _add_run, memory_items
     from solbench.measure.published import build_adapter
     from solbench.method import get_method
     from solbench.results import RunStore
@@ -177,13 +176,7 @@ def _measure_run(cfg, *, device: torch.device, tiny: bool, rewards: dict, workdi
     timer.step = 1
     trainer.timer = trainer.engine.timer = timer
     result.setup_s = time.perf_counter() - start
-    needs = SpecNeeds()
-    _add_run(needs, cfg.to_dict())
-    if needs.profiles:  # the doctor's items for the spec's run, in the format explored here
-        profile = needs.profiles[0]
-        if explore is not None:
-            profile = dataclasses.replace(profile, formats=frozenset({recipe.format.upper()}))
-        result.predicted = {name.split(":")[0]: gb for name, gb in memory_items(profile)}
+    result.predicted = predicted_items(cfg, recipe.format if explore is not None else None)
     start = time.perf_counter()
     trainer.step = 1
     try:
@@ -202,7 +195,7 @@ def _measure_run(cfg, *, device: torch.device, tiny: bool, rewards: dict, workdi
             "forward_equivalents": round(forwards, 2) if forwards else None,
             "seconds_per_forward": round(record.seconds / forwards, 5) if forwards else None,
             "peak_gb": round(peak / 1e9, 6),
-            "predicted_gb": _predicted_phase_gb(result.predicted, record.phase),
+            "predicted_gb": predicted_phase_gb(result.predicted, record.phase),
         })
     del trainer, adapter
     gc.collect()
@@ -223,6 +216,21 @@ def _cuda_context_lost(err: BaseException) -> bool:
         s in text for s in ("illegal memory access", "device-side assert", "unspecified launch failure"))
 
 
+def predicted_items(cfg, explore_format: str | None) -> dict[str, float]:
+    """The doctor's itemised GB for the spec's run ``cfg`` (solbench.doctor.memory_items), its explore copy
+    in ``explore_format`` (the format measured: FP8 where the GPU lacks NVFP4); {} without a profile."""
+    from solbench.doctor import SpecNeeds, _add_run, memory_items
+
+    needs = SpecNeeds()
+    _add_run(needs, cfg.to_dict())
+    if not needs.profiles:
+        return {}
+    profile = needs.profiles[0]
+    if explore_format is not None:
+        profile = dataclasses.replace(profile, formats=frozenset({explore_format.upper()}))
+    return {name.split(":")[0]: gb for name, gb in memory_items(profile)}
+
+
 # Which of the doctor's activation items a phase's peak holds (besides every weights item).
 _PHASE_ACTIVATIONS = {"explore": ("activations/rollout", "activations/decode"),
                       "regenerate": ("activations/rollout", "activations/decode"),
@@ -232,7 +240,7 @@ _PHASE_ACTIVATIONS = {"explore": ("activations/rollout", "activations/decode"),
                       "select": (), "sync": ()}
 
 
-def _predicted_phase_gb(items: dict, phase: str) -> float | None:
+def predicted_phase_gb(items: dict, phase: str) -> float | None:
     """The doctor's allocated GB during ``phase``: every weights item plus the phase's largest
     activation item (its CUDA-context and fragmentation overhead is not allocated memory)."""
     if not items:

@@ -51,6 +51,19 @@ def load_pipeline(pipeline_cls, path: str, default_id: str, dtype: torch.dtype, 
         ) from err
 
 
+def avoid_cudnn_attention() -> None:
+    """Take cuDNN out of torch's scaled-dot-product attention backends (flash and memory-efficient stay).
+
+    Measured on an H200 (torch 2.11.0+cu130, docs/measured/H200.md): the backward of FLUX.1's attention at
+    training shapes (16 x 4224 tokens, 24 heads of 128, the q/k/v layout diffusers passes) fails in
+    cuDNN's fused attention ("mha_graph.execute(...).is_good()" with blocking launches, an illegal memory
+    access in a full iteration); the same block trains with cuDNN attention off. The other backends give
+    the same attention up to rounding, so this changes no setting of any method.
+    """
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 class DiffusersAdapter(ModelAdapter):
     """Common plumbing: devices, dtypes, optional CPU offload of the frozen parts, batched VAE decode."""
 
@@ -64,6 +77,7 @@ class DiffusersAdapter(ModelAdapter):
         self.cpu_offload = cpu_offload
         self.transformer = pipe.transformer.to(self.device, full_dtype)
         self._resident: set[int] = set()  # ids of offloaded modules on the device right now
+        avoid_cudnn_attention()  # a process-wide switch of torch's CUDA attention; nothing changes on a CPU
         if self.device.type == "cuda":
             self.cond_cache_device = torch.device("cpu")  # prompt embeddings wait in host memory
         frozen_device = torch.device("cpu") if cpu_offload else self.device
