@@ -178,12 +178,14 @@ class RealModelSpec:
         side = (resolution or self.resolution) // self.vae_factor
         return side, side
 
-    def shape_key(self, resolution: int | None = None) -> tuple:
-        """The forward's shapes for one image at ``resolution``, as ``linear_layers`` takes them."""
+    def shape_key(self, resolution: int | None = None, text_tokens: int | None = None) -> tuple:
+        """The forward's shapes for one image at ``resolution`` with ``text_tokens`` (default: the
+        pipeline's maximum, ``self.text_tokens``), as ``linear_layers`` takes them."""
         h, w = self.latent_hw(resolution)
+        lt = self.text_tokens if text_tokens is None else int(text_tokens)
         if self.class_name == "FluxTransformer2DModel":
-            return ((h // self.pack) * (w // self.pack), self.text_tokens)
-        return ((h, w), self.text_tokens)
+            return ((h // self.pack) * (w // self.pack), lt)
+        return ((h, w), lt)
 
     def forward_flops(self, resolution: int | None = None) -> float:
         """FLOPs of one transformer forward for one image at ``resolution`` (default: native)."""
@@ -225,11 +227,11 @@ REAL_MODELS: dict[str, RealModelSpec] = {
 }
 
 
-def model_architecture(model: str, *, resolution: int | None = None,
-                       path: str | None = None) -> tuple[str, dict, tuple]:
+def model_architecture(model: str, *, resolution: int | None = None, path: str | None = None,
+                       text_tokens: int | None = None) -> tuple[str, dict, tuple]:
     """(diffusers class, transformer config, shape key) of a model of the registry at the shapes a run
     uses: ``tiny`` from its weights' JSON (the shipped one, or ``path``'s), the real models from
-    ``REAL_MODELS`` at ``resolution`` (None: native)."""
+    ``REAL_MODELS`` at ``resolution`` (None: native) and ``text_tokens`` (None: the pipeline's maximum)."""
     if model == "tiny":
         from solbench.models.tiny import ASSET_NAME, TinyT2IConfig, asset_path, build_transformer
 
@@ -243,7 +245,7 @@ def model_architecture(model: str, *, resolution: int | None = None,
     if model not in REAL_MODELS:
         raise ConfigError(f"no architecture for model {model!r}; known: tiny, {', '.join(REAL_MODELS)}")
     spec = REAL_MODELS[model]
-    return spec.class_name, spec.config, spec.shape_key(resolution)
+    return spec.class_name, spec.config, spec.shape_key(resolution, text_tokens)
 
 
 # ---- VAE decoders (the image each rollout sample is scored on) ---------------------------------

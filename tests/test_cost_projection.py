@@ -16,28 +16,44 @@ CELLS = ("rollout_naive", "rollout_sol", "e2e_naive", "e2e_sol")
 
 
 def test_table5_cells_within_25_percent_for_flux_and_sana_and_the_sd3_shortfall():
-    """Catches a projection that drops a setting (resolution, CFG passes, trained timesteps, VAE, quantized
-    share): each of those moves at least one cell or speedup out of its band.
+    """Catches a projection that drops a setting (resolution, text tokens, CFG passes, trained timesteps, VAE,
+    quantized share): each of those moves at least one cell or speedup out of its band.
 
-    Every BF16 cell (the naive rows, which no recipe touches) is within 25 % for all three models; FLUX.1 and
-    SANA (the linear-FFN SANA 1.0 1.6B that sana_main trains, 56 % of its forward in NVFP4) are within 25 % in
-    every cell and 15 % in both speedups. SD3.5-L's Sol-RL cells are not, and this is a finding, not a
-    tolerance: sd35_main runs the reference's SD3 rule (configs/sol_rl/sd3.py: min_dim 2432 keeps every square
-    attention projection in BF16, norm1 and ff_context skipped), which puts 47 % of a forward in NVFP4, and
-    projects a 1.6x rollout speedup where the paper reports 2.4x."""
+    FLUX.1 and SANA (the linear-FFN SANA 1.0 1.6B that sana_main trains, 56 % of its forward in NVFP4) are within
+    25 % in every cell and 15 % in both speedups; every training phase (E2E - rollout) is within 25 % for all
+    three models, though the utilisation was fitted to FLUX's alone. SD3.5-L's are not, and these are findings,
+    not tolerances: its rollouts run faster in Table 5 than two forwards per step at FLUX's utilisation project
+    (+36 % naive), and sd35_main runs the reference's SD3 rule (configs/sol_rl/sd3.py: min_dim 2432 keeps every
+    square attention projection in BF16, norm1 and ff_context skipped), which puts 49 % of a forward in NVFP4 and
+    projects a 1.7x rollout speedup where the paper reports 2.4x."""
     df = paper_projection("B200").set_index("model")
     assert len(df) == 3
-    for model in df.index:
-        for cell in ("rollout_naive", "e2e_naive"):
-            assert abs(df.loc[model, f"{cell}_rel_error"]) <= 0.25, (model, cell)
     for model in ("FLUX.1", "SANA"):
         for cell in CELLS:
             assert abs(df.loc[model, f"{cell}_rel_error"]) <= 0.25, (model, cell)
         for kind in ("rollout", "e2e"):
             assert abs(df.loc[model, f"{kind}_speedup_rel_error"]) <= 0.15, (model, kind)
+    for model in df.index:  # training = E2E - rollout, naive BF16 scaling's
+        projected = df.loc[model, "e2e_naive_projected_s"] - df.loc[model, "rollout_naive_projected_s"]
+        paper = df.loc[model, "e2e_naive_paper_s"] - df.loc[model, "rollout_naive_paper_s"]
+        assert abs(projected / paper - 1) <= 0.25, model
+    assert df.loc["SD3.5-L", "rollout_naive_rel_error"] > 0.25  # the rollout finding the caption states
     assert df.loc["SANA", "quantized_share"] > 0.5
     assert 0.4 < df.loc["SD3.5-L", "quantized_share"] < 0.55
     assert df.loc["SD3.5-L", "rollout_speedup_rel_error"] < -0.25  # the shortfall the report states
+
+
+def test_text_tokens_are_the_specs_not_the_pipelines():
+    """The bug: FLUX priced at the pipeline's 512 T5 tokens while flux_main (and the reference train_flux1.py)
+    encode 128: 21.5 instead of 15.8 TFLOP per 512 px forward, the whole 1.36x gap between the projection and
+    the BF16 forward an H200 measured (docs/measured/H200.md). SD3.5-L's transformer sees CLIP's 77 + T5's 128."""
+    got = {m: s.text_tokens for m, s in paper_models().items()}
+    assert got == {"flux": 128, "sd3": 77 + 128, "sana": 300}
+    flux = forward_flops("flux", 512)
+    assert flux.total == pytest.approx(forward_flops("flux", 512, text_tokens=128).total)
+    assert flux.total / 1e12 == pytest.approx(15.81, abs=0.01)
+    assert forward_flops("flux", 512, text_tokens=512).total / 1e12 == pytest.approx(21.50, abs=0.01)
+    assert flux.quantized <= flux.linear  # the NVFP4 part counted at the same text length
 
 
 @pytest.mark.parametrize("setting_change", [
@@ -110,7 +126,7 @@ def test_settings_come_from_the_real_specs(tmp_path):
 
 
 def test_the_caption_names_what_was_fitted_to_table5():
-    """Item 8 of issue 25: the 30 % utilisation and the two forwards per step of SD3.5-L and SANA were inferred from
+    """Item 8 of issue 25: the fitted utilisation and the two forwards per step of SD3.5-L and SANA were inferred from
     Table 5 itself; the caption must say so, since agreement with Table 5 is then partly built in."""
     from solbench.report import Tables, get_kind
 

@@ -26,7 +26,8 @@ def test_the_committed_measurement_is_a_published_shape_gpu_run_of_flux_main():
     assert result["device"].startswith("NVIDIA H200") and not result["tiny"]
     (sol,) = result["methods"]
     assert sol["method"] == "sol_rl" and not sol["error"]
-    assert [p["phase"] for p in sol["phases"]] == ["explore", "reward", "select", "regenerate", "reward", "train", "sync"]
+    assert [p["phase"] for p in sol["phases"]] == ["explore", "reward", "select", "regenerate", "reward", "train",
+                                                   "sync"]
 
 
 @pytest.mark.parametrize("phase_index", range(7))

@@ -249,7 +249,8 @@ def test_sweep_from_an_optuna_storage(tmp_path):
     assert trials.set_index(["n", "k"]).loc[(16, 4), "value"] == pytest.approx(5.6)
 
 
-# FLOPs of one forward as counted by solbench.flops (torch FlopCounterMode on the meta device).
+# FLOPs of one forward as counted by solbench.flops (torch FlopCounterMode on the meta device), at each pipeline's
+# maximum text length (solbench.flops.REAL_MODELS: FLUX 512, SD3.5 333, SANA 300 tokens).
 FLOP_COUNTER_GOLDEN = {("flux", 512): 21.50260015104e12, ("flux", 1024): 74.384653418496e12,
                        ("sd3", 512): 7.9777863936e12, ("sd3", 1024): 31.121114907648e12,
                        ("sana", 512): 0.8366159872e12, ("sana", 1024): 2.96666116096e12}
@@ -257,9 +258,10 @@ FLOP_COUNTER_GOLDEN = {("flux", 512): 21.50260015104e12, ("flux", 1024): 74.3846
 
 @pytest.mark.parametrize("model,resolution", list(FLOP_COUNTER_GOLDEN))
 def test_closed_form_flops_match_the_flop_counter(model, resolution):
+    from solbench.flops import REAL_MODELS
     from solbench.report.cost import forward_flops
 
-    f = forward_flops(model, resolution)
+    f = forward_flops(model, resolution, text_tokens=REAL_MODELS[model].text_tokens)
     assert f.total == pytest.approx(FLOP_COUNTER_GOLDEN[(model, resolution)], rel=5e-3)
     assert 0 < f.attention < f.linear
 

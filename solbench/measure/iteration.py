@@ -322,7 +322,8 @@ def measure_spec(spec_path, out_dir, *, tiny: bool = False, budget_s: float = 48
                 try:
                     measured = _measure_run(cfg, device=device, tiny=tiny, rewards=rewards, workdir=Path(workdir))
                 except Exception as err:  # one method's failure (e.g. out of memory building it) is its row
-                    measured = MethodMeasurement(cfg.method, cfg.run_id, error=f"{type(err).__name__}: {_first_line(err)}",
+                    measured = MethodMeasurement(cfg.method, cfg.run_id,
+                                                 error=f"{type(err).__name__}: {_first_line(err)}",
                                                  context_lost=_cuda_context_lost(err))
                     gc.collect()
                     if device.type == "cuda" and not measured.context_lost:
@@ -359,8 +360,8 @@ def _measure_in_child(spec_path, cfg, *, tiny: bool, workdir: Path) -> tuple[Met
 
     out = workdir / f"child_{cfg.method}"
     # the child runs as this process does: its interpreter flags (-S, -P, ...) and environment
-    cmd = [sys.executable, *subprocess._args_from_interpreter_flags(), "-m", "solbench", "doctor", str(spec_path), "--measure", "--methods", cfg.method,
-           "--budget", "1e9", "--out", str(out)] + (["--tiny"] if tiny else [])
+    cmd = [sys.executable, *subprocess._args_from_interpreter_flags(), "-m", "solbench", "doctor", str(spec_path),
+           "--measure", "--methods", cfg.method, "--budget", "1e9", "--out", str(out)] + (["--tiny"] if tiny else [])
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(proc.stdout, end="", flush=True)  # the child's table and any traceback go to this process's log
     path = out / "measure.json"

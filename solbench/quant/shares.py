@@ -66,17 +66,20 @@ def split_layers(layers: tuple[LinearLayer, ...], total: float, recipe: QuantRec
 
 
 def precision_split(model: str, recipe: QuantRecipe | str, *, resolution: int | None = None,
-                    path: str | None = None, backend: str | None = None) -> PrecisionSplit:
+                    path: str | None = None, backend: str | None = None,
+                    text_tokens: int | None = None) -> PrecisionSplit:
     """The PrecisionSplit of one forward of ``model`` (tiny | flux | sd3 | sana) at ``resolution`` under
     ``recipe`` (a name, a QuantRecipe or ``"none"``). ``backend`` ("emulated" | "te") overrides the
-    recipe's: on ``te`` a layer whose features are not divisible by 16 stays in full precision."""
+    recipe's: on ``te`` a layer whose features are not divisible by 16 stays in full precision.
+    ``text_tokens``: a real model's text length (default: its pipeline's maximum, solbench.flops)."""
     if isinstance(recipe, str):
-        return _cached_split(model, recipe, resolution, path, backend)
-    return _split(model, recipe, resolution, path, backend)
+        return _cached_split(model, recipe, resolution, path, backend, text_tokens)
+    return _split(model, recipe, resolution, path, backend, text_tokens)
 
 
-def _split(model, recipe, resolution, path, backend) -> PrecisionSplit:
-    class_name, config, shape_key = model_architecture(model, resolution=resolution, path=path)
+def _split(model, recipe, resolution, path, backend, text_tokens=None) -> PrecisionSplit:
+    class_name, config, shape_key = model_architecture(model, resolution=resolution, path=path,
+                                                       text_tokens=text_tokens)
     total, layers = linear_layers(class_name, config, shape_key)
     if recipe != NO_RECIPE:
         recipe = recipe_for_config(recipe, config)  # a size threshold given per width, at this model's
@@ -86,5 +89,5 @@ def _split(model, recipe, resolution, path, backend) -> PrecisionSplit:
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_split(model, recipe: str, resolution, path, backend) -> PrecisionSplit:
-    return _split(model, recipe, resolution, path, backend)
+def _cached_split(model, recipe: str, resolution, path, backend, text_tokens=None) -> PrecisionSplit:
+    return _split(model, recipe, resolution, path, backend, text_tokens)

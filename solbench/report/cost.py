@@ -39,9 +39,14 @@ utilisation of every GEMM-like op (of its own peak) and u_a that of fused attent
 - training (both) = P K T_tr 5 f / G (policy forward + backward with recompute, old policy, reference)
 - end to end = rollout + training (+ re-quantization for Sol-RL, a share of its iteration).
 
-docs/reports.md ("Cost projection") sources every number; a test asserts the BF16 cells of all three models and
-every FLUX.1 and SANA cell within 25 % of Table 5 and their speedups within 15 %; SD3.5-L's Sol-RL cells fall
-outside (the reference's SD3 rule quantizes 47 % of a forward: 1.6x projected against the paper's 2.4x).
+Text tokens are the ones each real spec encodes (``model.text_max_length``: FLUX 128, SD3.5-L 77 + 128,
+SANA 300), not the pipelines' maxima: an H200 measured FLUX's 512 px forward at the 128-token count
+(docs/measured/H200.md).
+
+docs/reports.md ("Cost projection") sources every number; a test asserts every FLUX.1 and SANA cell within 25 %
+of Table 5 and their speedups within 15 %; SD3.5-L's rollouts fall outside (faster in Table 5 than two forwards
+per step at FLUX's utilisation, and its Sol-RL rollout short of the paper's speedup: the reference's SD3 rule
+quantizes 49 % of a forward: 1.7x projected against the paper's 2.4x).
 """
 
 from __future__ import annotations
@@ -134,10 +139,13 @@ def _sana(cfg: dict, latent_hw: tuple[int, int], text_tokens: int) -> ForwardFlo
     return ForwardFlops(2.0 * macs_lin, 2.0 * macs_att)
 
 
-def forward_flops(model: str, resolution: int | None = None, recipe: str | None = None) -> ForwardFlops:
+def forward_flops(model: str, resolution: int | None = None, recipe: str | None = None,
+                  text_tokens: int | None = None) -> ForwardFlops:
     """Closed-form FLOPs of one forward of a real model (``flux`` | ``sd3`` | ``sana``) for one image, with
     the part ``recipe`` quantizes (default: the recipe of the model's real spec, ``spec_settings``) counted
-    layer by layer by ``solbench.quant.shares.precision_split`` on TransformerEngine's backend."""
+    layer by layer by ``solbench.quant.shares.precision_split`` on TransformerEngine's backend.
+    ``text_tokens``: the text tokens the transformer attends to (default: the real spec's, ``spec_settings``;
+    FLUX's 128, not the pipeline's 512: measured on an H200, docs/measured/H200.md)."""
     from solbench.errors import ConfigError
     from solbench.flops import REAL_MODELS
     from solbench.quant.shares import precision_split
@@ -146,17 +154,19 @@ def forward_flops(model: str, resolution: int | None = None, recipe: str | None 
         raise ConfigError(f"no architecture config for model {model!r}; known: {', '.join(REAL_MODELS)}")
     spec = REAL_MODELS[model]
     h, w = spec.latent_hw(resolution)
+    lt = spec_settings(model)["text_tokens"] if text_tokens is None else int(text_tokens)
     if spec.class_name == "FluxTransformer2DModel":
-        f = _flux(spec.config, (h // spec.pack) * (w // spec.pack), spec.text_tokens)
+        f = _flux(spec.config, (h // spec.pack) * (w // spec.pack), lt)
     elif spec.class_name == "SD3Transformer2DModel":
-        f = _sd3(spec.config, (h, w), spec.text_tokens)
+        f = _sd3(spec.config, (h, w), lt)
     else:
-        f = _sana(spec.config, (h, w), spec.text_tokens)
-    split = precision_split(model, recipe or spec_settings(model)["recipe"], resolution=resolution, backend="te")
+        f = _sana(spec.config, (h, w), lt)
+    split = precision_split(model, recipe or spec_settings(model)["recipe"], resolution=resolution, backend="te",
+                            text_tokens=lt)
     return ForwardFlops(f.linear, f.attention, split.quantized)
 
 
-def forward_seconds(f: ForwardFlops, hw: Hardware, *, explore: bool = False, mfu: float = 0.30,
+def forward_seconds(f: ForwardFlops, hw: Hardware, *, explore: bool = False, mfu: float = 0.215,
                     attention_mfu: float = 0.75) -> float:
     """Projected seconds of one transformer forward of one image on one GPU of ``hw``: the linear FLOPs at
     the BF16 peak (the ``quantized`` part at the low-precision peak when ``explore``) x ``mfu``, the
@@ -184,14 +194,15 @@ PAPER_CITATION = "Sol-RL (arXiv 2604.06916), Table 5: seconds per iteration on 8
 class ModelSetting:
     """What one model's Table 5 iteration runs besides the counts shared by all three (PaperSetting).
 
-    Resolution, recipe and trained timesteps come from the model's real spec (``spec_settings``); every
-    other value is sourced in docs/reports.md, "Cost projection" (``FITTED`` names the ones inferred from
-    the paper's own Table 5)."""
+    Resolution, text length, recipe and trained timesteps come from the model's real spec
+    (``spec_settings``); every other value is sourced in docs/reports.md, "Cost projection" (``FITTED``
+    names the ones inferred from the paper's own Table 5)."""
 
     resolution: int  # px: the real spec's (and the public config's) resolution
     rollout_passes: int  # transformer forwards per sampling step (2 = classifier-free guidance)
     train_timesteps: int  # trained timesteps per trained sample: trained_timesteps(steps, timestep_fraction)
     text_tflops: float  # text encoders, per prompt (encoded once per prompt and reused by its candidates)
+    text_tokens: int  # text tokens the transformer attends to (the real spec's text_max_length; SD3: + 77)
     vae_tflops: float  # VAE decoding of one image at ``resolution`` (solbench.flops.vae_decode_flops)
     reward_tflops: float  # one reward-model call per image
     recipe: str = ""  # the NVFP4 recipe of the explore copy ("": the real spec's)
@@ -206,17 +217,27 @@ PAPER_SPECS = {"flux": "flux_main.yaml", "sd3": "sd35_main.yaml", "sana": "sana_
 #: Inputs of the projection that were inferred from the paper's own Table 5 (so agreement with Table 5
 #: is partly built in, not independent validation); docs/reports.md lists them with the rest.
 FITTED = {
-    "mfu": "the 30 % utilisation of GEMM-like work is what FLUX's training phase in Table 5 implies "
-           "((274 - 184) s for its training forwards)",
+    "mfu": "the 21.5 % utilisation of GEMM-like work is what FLUX's training phase in Table 5 implies "
+           "((274 - 184) s for its training forwards; its rollout implies the same)",
     "rollout_passes": "two forwards per sampling step (CFG) for SD3.5-L and SANA: the public configs set guidance "
-                      "1.0 (one forward); Table 5 is consistent only with two",
+                      "1.0 (one forward); at FLUX's utilisation Table 5's rollouts lie between one and two, nearer two",
 }
 
-_TEXT_TFLOPS = {  # 2 x parameters x tokens of the text encoders, per prompt
-    "flux": 2 * (4.76e9 * 512 + 123e6 * 77) / 1e12,  # T5-XXL (4.76 B, 512 tokens) + CLIP-L (123 M, 77)
-    "sd3": 2 * (4.76e9 * 256 + (123e6 + 695e6) * 77) / 1e12,  # T5-XXL (256), CLIP-L and CLIP-G (695 M, 77)
-    "sana": 2 * 2.6e9 * 300 / 1e12,  # Gemma-2-2B (2.6 B, 300 tokens)
-}
+def _text_tflops(model: str, length: int) -> float:
+    """2 x parameters x tokens of the text encoders, per prompt; ``length``: the spec's T5 / Gemma tokens."""
+    if model == "flux":
+        return 2 * (4.76e9 * length + 123e6 * 77) / 1e12  # T5-XXL (4.76 B) + CLIP-L (123 M, 77 tokens)
+    if model == "sd3":
+        return 2 * (4.76e9 * length + (123e6 + 695e6) * 77) / 1e12  # T5-XXL, CLIP-L and CLIP-G (695 M, 77)
+    return 2 * 2.6e9 * length / 1e12  # SANA: Gemma-2-2B (2.6 B)
+
+
+def _transformer_text_tokens(model: str, length: int) -> int:
+    """Text tokens the transformer attends to when the spec encodes ``length`` T5 / Gemma tokens: SD3's
+    prompt embeddings put CLIP-L/G's 77 before T5's (SD3Adapter.encode); FLUX and SANA attend to T5 / Gemma."""
+    return 77 + length if model == "sd3" else length
+
+
 _ROLLOUT_PASSES = {"flux": 1, "sd3": 2, "sana": 2}  # FLUX: distilled guidance, one forward; others: FITTED
 
 
@@ -226,10 +247,11 @@ EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 @functools.lru_cache(maxsize=None)
 def spec_settings(model: str, experiments: Path = EXPERIMENTS) -> dict:
-    """Resolution, explore recipe, sampling steps and trained timesteps of the Sol-RL run of ``model``'s
-    real spec (``PAPER_SPECS`` in ``experiments``), resolved as `solbench run` resolves it."""
+    """Resolution, text length, explore recipe, sampling steps and trained timesteps of the Sol-RL run of
+    ``model``'s real spec (``PAPER_SPECS`` in ``experiments``), resolved as `solbench run` resolves it."""
     from solbench.errors import ConfigError
     from solbench.methods.diffusion_nft import trained_timesteps
+    from solbench.models import TEXT_MAX_LENGTH
     from solbench.spec import load_spec
 
     path = Path(experiments) / PAPER_SPECS[model]
@@ -241,8 +263,10 @@ def spec_settings(model: str, experiments: Path = EXPERIMENTS) -> dict:
         raise ConfigError(f"{path}: no sol_rl run to read the projection's settings from")
     cfg = runs[0]
     fraction = float(cfg.method_config["timestep_fraction"])
+    length = int(cfg.model.text_max_length or TEXT_MAX_LENGTH[model])
     return {"spec": str(path.name), "model": cfg.model.name, "resolution": int(cfg.model.resolution),
-            "recipe": cfg.quant.recipe,
+            "recipe": cfg.quant.recipe, "text_max_length": length,
+            "text_tokens": _transformer_text_tokens(model, length),
             "steps": int(cfg.sampling.steps), "timestep_fraction": fraction,
             "train_timesteps": trained_timesteps(int(cfg.sampling.steps), fraction)}
 
@@ -254,7 +278,8 @@ def model_setting(model: str) -> ModelSetting:
 
     spec = spec_settings(model)
     return ModelSetting(resolution=spec["resolution"], rollout_passes=_ROLLOUT_PASSES[model],
-                        train_timesteps=spec["train_timesteps"], text_tflops=_TEXT_TFLOPS[model],
+                        train_timesteps=spec["train_timesteps"],
+                        text_tflops=_text_tflops(model, spec["text_max_length"]), text_tokens=spec["text_tokens"],
                         vae_tflops=vae_decode_flops(model, spec["resolution"]) / 1e12, reward_tflops=REWARD_TFLOPS,
                         recipe=spec["recipe"])
 
@@ -275,7 +300,7 @@ class PaperSetting:
     full_steps: int = 10  # BF16 rollout steps
     explore_steps: int = 6  # Sol-RL FP4 preview steps
     train_forwards: float = 5.0  # policy fwd + bwd with checkpointing (3) + old policy (1) + reference (1)
-    mfu: float = 0.30  # utilisation of every GEMM-like op (BF16, NVFP4, convolutions), of its own peak: FITTED
+    mfu: float = 0.215  # utilisation of every GEMM-like op (BF16, NVFP4, convolutions), of its own peak: FITTED
     attention_mfu: float = 0.75  # utilisation of the fused attention kernels (BF16)
     requant_share: float = 0.02  # re-quantization after each update: share of the Sol-RL iteration
     models: tuple[tuple[str, ModelSetting], ...] | None = None  # None: paper_models()
@@ -300,7 +325,7 @@ def project_iteration(model: str, hw: Hardware, setting: PaperSetting | None = N
 
         raise ConfigError(f"mfu must be in (0, 1], got {mfu}")
     m = s.model(model)
-    f = forward_flops(model, m.resolution, m.recipe or None)
+    f = forward_flops(model, m.resolution, m.recipe or None, m.text_tokens)
     forward = forward_seconds(f, hw, mfu=mfu, attention_mfu=s.attention_mfu)
     forward_low = forward_seconds(f, hw, explore=True, mfu=mfu, attention_mfu=s.attention_mfu)
     bf16 = hw.bf16 * 1e15
@@ -326,10 +351,11 @@ def paper_projection(hardware: str = "B200", mfu: float | None = None, setting: 
     rows = []
     for _, paper in PAPER_TABLE5.iterrows():
         m = setting.model(paper["model"])
-        f = forward_flops(paper["model"], m.resolution, m.recipe or None)
+        f = forward_flops(paper["model"], m.resolution, m.recipe or None, m.text_tokens)
         proj = project_iteration(paper["model"], hw, setting, mfu)
         row = {"model": paper["label"], "hardware": hw.name, "mfu": setting.mfu if mfu is None else mfu,
-               "resolution": m.resolution, "recipe": m.recipe, "rollout_passes": m.rollout_passes,
+               "resolution": m.resolution, "text_tokens": m.text_tokens, "recipe": m.recipe,
+               "rollout_passes": m.rollout_passes,
                "train_timesteps": m.train_timesteps, "tflops_per_forward": f.total / 1e12,
                "attention_share": f.attention / f.total,
                "quantized_share": (f.linear if f.quantized is None else f.quantized) / f.total}
@@ -364,7 +390,8 @@ def cost_projection(tables: Tables):
         df = paper_projection(hw_name, None, setting)  # the documented utilisations, not --mfu
         display = []
         for _, r in df.iterrows():
-            row = {"model": r["model"], "px": int(r["resolution"]), "passes/step": int(r["rollout_passes"]),
+            row = {"model": r["model"], "px": int(r["resolution"]), "text tokens": int(r["text_tokens"]),
+                   "passes/step": int(r["rollout_passes"]),
                    "trained t": int(r["train_timesteps"]), "TFLOP/forward": f"{r['tflops_per_forward']:.2f}",
                    "attention share": f"{r['attention_share']:.1%}",
                    "NVFP4 share (recipe)": f"{r['quantized_share']:.0%} ({r['recipe']})"}
@@ -384,13 +411,14 @@ def cost_projection(tables: Tables):
             f"PROJECTION from FLOPs, not a measurement. Hardware profile {hw_name} ({HARDWARE[hw_name].source}): BF16 "
             f"{HARDWARE[hw_name].bf16} PFLOP/s, explore in {low_name} at {low_peak} PFLOP/s (only the layers the "
             f"model's NVFP4 recipe quantizes; attention stays BF16). Every GEMM-like op (BF16, {low_name}, VAE "
-            f"convolutions) at {setting.mfu:.0%} of its peak, fused attention at {setting.attention_mfu:.0%}. Setting "
+            f"convolutions) at {setting.mfu:.1%} of its peak, fused attention at {setting.attention_mfu:.0%}. Setting "
             f"of the paper's runs: {setting.prompts_per_iter} prompt groups per iteration on {setting.gpus} GPUs, "
             f"N={setting.n}, K={setting.k}, {setting.full_steps} full and {setting.explore_steps} explore steps; per "
             f"model its public config's resolution, forwards per step (2 = CFG) and trained timesteps (columns), "
             f"x {setting.train_forwards:g} forward-equivalents per trained timestep, text encoders per prompt, a VAE "
             f"decode and a reward call per image, re-quantization {setting.requant_share:.0%} of the Sol-RL iteration. "
-            "Resolution, recipe and trained timesteps (int(steps x timestep_fraction)) are those of the Sol-RL run "
+            "Resolution, text tokens (model.text_max_length; SD3.5-L adds CLIP's 77), recipe and trained timesteps "
+            "(int(steps x timestep_fraction)) are those of the Sol-RL run "
             f"of each model's real spec ({', '.join(PAPER_SPECS.values())}); the NVFP4 share is the FLOPs of the "
             "Linear layers that recipe quantizes (the rule quantized_copy applies, layer by layer) over the whole "
             "forward. FITTED, not independent: " + "; ".join(FITTED.values()) + ", so agreement with Table 5 is "
@@ -399,7 +427,8 @@ def cost_projection(tables: Tables):
             + (f" In parentheses: {PAPER_CITATION}, and the projection's relative error. SD3.5-L's Sol-RL rollout "
                "falls short of the paper's speedup: the reference's SD3 rule (nvfp4_sd3, min_dim 2432) keeps every "
                "square attention projection in BF16, so its NVFP4 share is the quantized_share column's, not "
-               "FLUX's." if hw_name == "B200" else "")
+               "FLUX's. SD3.5-L's and SANA's rollouts are faster in Table 5 than two forwards per step at FLUX's "
+               "utilisation project (one forward would be as far below)." if hw_name == "B200" else "")
         )
         outputs.append(Table(f"cost_projection_{hw_name.lower()}", f"PROJECTED seconds per iteration on 8x {hw_name}",
                              df, caption, display=pd.DataFrame(display)))
