@@ -36,13 +36,23 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["BlockProfile", "ModelProfile", "PROBES", "PROFILES", "TEXT_TOKENS", "block_bytes", "measure",
+__all__ = ["BlockProfile", "ModelProfile", "PROBES", "PROFILES", "TEXT_TOKENS", "transformer_text_tokens",
+           "block_bytes", "measure",
            "per_sample_gb", "profile"]
 
 PUBLISHED = Path(__file__).parent / "models" / "published"
-# Text tokens a real model's transformer sees per sample, as the adapters encode prompts: FLUX's 512 T5
-# tokens, SD3's 77 CLIP + 256 T5, SANA's 300 Gemma tokens (cross-attention)
-TEXT_TOKENS = {"flux": 512, "sd3": 333, "sana": 300}
+# Text tokens a real model's transformer sees per sample at the adapters' default prompt length
+# (solbench.models.TEXT_MAX_LENGTH, the reference scripts'): FLUX's 128 T5 tokens, SD3's 77 CLIP + 128 T5,
+# SANA's 300 Gemma tokens (cross-attention). A run's model.text_max_length changes them (transformer_text_tokens).
+TEXT_TOKENS = {"flux": 128, "sd3": 77 + 128, "sana": 300}
+
+
+def transformer_text_tokens(model: str, text_max_length: int | None = None) -> int:
+    """Text tokens ``model``'s transformer attends to when prompts are encoded to ``text_max_length`` T5 /
+    Gemma tokens (None: the adapter's default): SD3's prompt embeddings put CLIP-L/G's 77 before T5's."""
+    if text_max_length is None:
+        return TEXT_TOKENS[model]
+    return 77 + int(text_max_length) if model == "sd3" else int(text_max_length)
 PROFILE_FILE = PUBLISHED / "activations.json"
 PROBE_IMAGE_TOKENS = (16, 64)  # probe shapes: image tokens, text tokens (two of each)
 PROBE_TEXT_TOKENS = (8, 24)

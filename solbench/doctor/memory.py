@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from solbench.activations import TEXT_TOKENS, per_sample_gb
+from solbench.activations import per_sample_gb, transformer_text_tokens
 
 from .gpu import _gib
 from .needs import MemoryProfile, SpecNeeds
@@ -74,7 +74,7 @@ def memory_items(profile: MemoryProfile | SpecNeeds, model: str | None = None) -
     cfg = 2 if (mw.cfg if p.cfg is None else p.cfg) else 1
     # per sample and forward, from the blocks' measured saved tensors, inputs and working sets
     # (solbench.activations: the real diffusers modules, fp32 LoRA, bf16, scaled by tokens and width)
-    acts = dict(image_tokens=side * side, text_tokens=TEXT_TOKENS[p.model])
+    acts = dict(image_tokens=side * side, text_tokens=transformer_text_tokens(p.model, p.text_max_length))
     rollout_gb = per_sample_gb(p.model, **acts, training=False)
     train_gb = per_sample_gb(p.model, **acts, training=True, checkpointing=p.gradient_checkpointing)
     items: list[tuple[str, float]] = []

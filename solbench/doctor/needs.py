@@ -63,6 +63,7 @@ class MemoryProfile:
     lora_rank: int = 32
     rewards: frozenset = frozenset()
     cfg: bool | None = None  # two forwards per sample (CFG); None = the model's default guidance
+    text_max_length: int | None = None  # model.text_max_length: T5 / Gemma tokens per prompt; None = default
     label: str = ""  # which run(s): "sol_rl", ...
 
 
@@ -125,7 +126,7 @@ def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
             gradient_checkpointing=bool(model.get("gradient_checkpointing", False)),
             full_finetune=finetune.get("mode") == "full", lora_rank=int(finetune.get("lora_rank", 32) or 32),
             rewards=frozenset(rewards), cfg=_runs_cfg(name, (run.get("sampling") or {}).get("guidance")),
-            label=str(method or ""))
+            text_max_length=model.get("text_max_length"), label=str(method or ""))
         same = next((p for p in needs.profiles if dataclasses.replace(p, label="") == dataclasses.replace(profile, label="")), None)
         if same is None:
             needs.profiles.append(profile)

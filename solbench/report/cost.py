@@ -232,12 +232,6 @@ def _text_tflops(model: str, length: int) -> float:
     return 2 * 2.6e9 * length / 1e12  # SANA: Gemma-2-2B (2.6 B)
 
 
-def _transformer_text_tokens(model: str, length: int) -> int:
-    """Text tokens the transformer attends to when the spec encodes ``length`` T5 / Gemma tokens: SD3's
-    prompt embeddings put CLIP-L/G's 77 before T5's (SD3Adapter.encode); FLUX and SANA attend to T5 / Gemma."""
-    return 77 + length if model == "sd3" else length
-
-
 _ROLLOUT_PASSES = {"flux": 1, "sd3": 2, "sana": 2}  # FLUX: distilled guidance, one forward; others: FITTED
 
 
@@ -251,6 +245,7 @@ def spec_settings(model: str, experiments: Path = EXPERIMENTS) -> dict:
     ``model``'s real spec (``PAPER_SPECS`` in ``experiments``), resolved as `solbench run` resolves it."""
     from solbench.errors import ConfigError
     from solbench.methods.diffusion_nft import trained_timesteps
+    from solbench.activations import transformer_text_tokens
     from solbench.models import TEXT_MAX_LENGTH
     from solbench.spec import load_spec
 
@@ -266,7 +261,7 @@ def spec_settings(model: str, experiments: Path = EXPERIMENTS) -> dict:
     length = int(cfg.model.text_max_length or TEXT_MAX_LENGTH[model])
     return {"spec": str(path.name), "model": cfg.model.name, "resolution": int(cfg.model.resolution),
             "recipe": cfg.quant.recipe, "text_max_length": length,
-            "text_tokens": _transformer_text_tokens(model, length),
+            "text_tokens": transformer_text_tokens(model, length),
             "steps": int(cfg.sampling.steps), "timestep_fraction": fraction,
             "train_timesteps": trained_timesteps(int(cfg.sampling.steps), fraction)}
 
