@@ -36,26 +36,29 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from solbench.models import TEXT_MAX_LENGTH
+
 __all__ = ["BlockProfile", "ModelProfile", "PROBES", "PROFILES", "TEXT_TOKENS", "transformer_text_tokens",
            "block_bytes", "measure",
            "per_sample_gb", "profile"]
 
 PUBLISHED = Path(__file__).parent / "models" / "published"
-# Text tokens a real model's transformer sees per sample at the adapters' default prompt length
-# (solbench.models.TEXT_MAX_LENGTH, the reference scripts'): FLUX's 128 T5 tokens, SD3's 77 CLIP + 128 T5,
-# SANA's 300 Gemma tokens (cross-attention). A run's model.text_max_length changes them (transformer_text_tokens).
-TEXT_TOKENS = {"flux": 128, "sd3": 77 + 128, "sana": 300}
+PROFILE_FILE = PUBLISHED / "activations.json"
+PROBE_IMAGE_TOKENS = (16, 64)  # probe shapes: image tokens, text tokens (two of each)
+PROBE_TEXT_TOKENS = (8, 24)
 
 
 def transformer_text_tokens(model: str, text_max_length: int | None = None) -> int:
     """Text tokens ``model``'s transformer attends to when prompts are encoded to ``text_max_length`` T5 /
-    Gemma tokens (None: the adapter's default): SD3's prompt embeddings put CLIP-L/G's 77 before T5's."""
-    if text_max_length is None:
-        return TEXT_TOKENS[model]
-    return 77 + int(text_max_length) if model == "sd3" else int(text_max_length)
-PROFILE_FILE = PUBLISHED / "activations.json"
-PROBE_IMAGE_TOKENS = (16, 64)  # probe shapes: image tokens, text tokens (two of each)
-PROBE_TEXT_TOKENS = (8, 24)
+    Gemma tokens (None: the adapter's default, solbench.models.TEXT_MAX_LENGTH, the reference scripts'):
+    SD3's prompt embeddings put CLIP-L/G's 77 before T5's; FLUX and SANA attend to T5 / Gemma alone."""
+    length = TEXT_MAX_LENGTH[model] if text_max_length is None else int(text_max_length)
+    return 77 + length if model == "sd3" else length
+
+
+# Text tokens a real model's transformer sees per sample at the adapters' default prompt length:
+# FLUX's 128 T5 tokens, SD3's 77 CLIP + 128 T5, SANA's 300 Gemma tokens (cross-attention).
+TEXT_TOKENS = {model: transformer_text_tokens(model) for model in TEXT_MAX_LENGTH}
 
 
 @dataclass(frozen=True)

@@ -243,9 +243,9 @@ EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 def spec_settings(model: str, experiments: Path = EXPERIMENTS) -> dict:
     """Resolution, text length, explore recipe, sampling steps and trained timesteps of the Sol-RL run of
     ``model``'s real spec (``PAPER_SPECS`` in ``experiments``), resolved as `solbench run` resolves it."""
+    from solbench.activations import transformer_text_tokens
     from solbench.errors import ConfigError
     from solbench.methods.diffusion_nft import trained_timesteps
-    from solbench.activations import transformer_text_tokens
     from solbench.models import TEXT_MAX_LENGTH
     from solbench.spec import load_spec
 
