@@ -33,6 +33,9 @@ the measured stages bought rank fidelity at a cost in samples that v2 could not 
 "At FLUX's coverage"). --distill-from T adds a distillation term towards a frozen teacher T (usually the
 stage's own --init-from model), so that what the stage changes is the copy's robustness more than what the
 model draws.
+--reflow-pairs F trains on the noise-image couplings a teacher drew (scripts/reflow_pairs.py) instead of fresh
+scenes: a reflow stage (the 2-rectified flow), whose straighter paths let a short ODE land where the full one
+does; drawn with guidance, the couplings also distil the guidance into the conditional flow.
 
 Checkpoints (model, EMA, optimizer, step) go to build/pretrain_tiny/ every --checkpoint-every steps,
 and each checkpoint also exports the EMA weights to solbench/assets/, so a partial run is usable.
@@ -69,6 +72,44 @@ def make_batch(seed: int, step: int, batch: int, caption_dropout: float):
     noise = torch.randn(images.shape, generator=gen)
     t = torch.sigmoid(torch.randn(batch, generator=gen))  # logit-normal(0, 1)
     return images, captions, noise, t
+
+
+class ReflowPairs:
+    """Noise-image couplings drawn by a teacher (scripts/reflow_pairs.py), served as training batches.
+
+    A reflow step regresses the same velocity eps - x0 as pretraining, with (x0, eps) one of the
+    teacher's couplings (its image, the noise it drew it from) instead of an independent pair: the
+    2-rectified flow, whose paths are straighter. The rows of a step and its times are a pure
+    function of (seed, step), so a resumed stage sees the same batches.
+    """
+
+    def __init__(self, paths: list[Path]):
+        from safetensors import safe_open
+
+        noises, images, self.captions, self.settings = [], [], [], []
+        for path in paths:
+            if not path.is_file():
+                raise SystemExit(f"--reflow-pairs: {path} does not exist (make it with scripts/reflow_pairs.py)")
+            with safe_open(str(path), framework="pt") as f:
+                meta = f.metadata() or {}
+                if "captions" not in meta:
+                    raise SystemExit(f"--reflow-pairs: {path} holds no captions (not written by scripts/reflow_pairs.py)")
+                noises.append(f.get_tensor("noise"))
+                images.append(f.get_tensor("images"))
+                self.captions += json.loads(meta["captions"])
+                self.settings.append(json.loads(meta.get("settings", "{}")))
+        self.noise, self.images = torch.cat(noises), torch.cat(images)
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+    def batch(self, seed: int, step: int, batch: int):
+        rng = np.random.default_rng([seed, step, 29])
+        rows = rng.choice(len(self), size=batch, replace=False)
+        gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        t = torch.sigmoid(torch.randn(batch, generator=gen))  # logit-normal(0, 1), as pretraining
+        idx = torch.from_numpy(rows)
+        return self.images[idx], [self.captions[i] for i in rows], self.noise[idx], t
 
 
 def block_linear_layers(model: TinyT2I) -> list[tuple[str, torch.nn.Linear]]:
@@ -366,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
                         "squared gap between this model's velocity and the frozen teacher's on the same inputs, so a "
                         "consistency stage keeps what the teacher draws while it learns to survive the rounding")
     p.add_argument("--distill-weight", type=float, default=None, help="with --distill-from (default 1)")
+    p.add_argument("--reflow-pairs", type=Path, action="append", default=[],
+                   help="train on these noise-image couplings (scripts/reflow_pairs.py; repeatable) instead of fresh "
+                        "scenes: a reflow stage, whose flow is straighter, so a short ODE lands where the full one does")
     p.add_argument("--shift", type=float, default=None,
                    help="sampling sigma-schedule shift recorded with the weights (tiny_t2i.json) and used by the "
                         "evaluation (default: the --init-from model's, else 1.0, a uniform grid)")
@@ -429,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
                 "init_from": init_meta, "threads": args.threads,
                 "distill_from": None if args.distill_from is None else str(args.distill_from),
                 "distill_weight": args.distill_weight if args.distill_from is not None else None,
+                "reflow_pairs": [str(path) for path in args.reflow_pairs] or None,
+                "reflow_settings": pairs.settings if pairs is not None else None,
                 "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None,  # with the consistency term
                 "recent_consistency": float(np.mean(consistencies[-args.log_every:])) if consistencies else None,
                 "recent_distill": float(np.mean(distills[-args.log_every:])) if distills else None}
@@ -459,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
         if teacher.config.num_attention_heads != model.config.num_attention_heads:
             p.error(f"--distill-from: the teacher has {teacher.config.num_attention_heads} heads, the model "
                     f"{model.config.num_attention_heads}")
+    pairs = ReflowPairs(args.reflow_pairs) if args.reflow_pairs else None
+    if pairs is not None and len(pairs) < args.batch:
+        p.error(f"--reflow-pairs: {len(pairs)} pairs, fewer than one batch of {args.batch}")
     params, ema_params = list(model.parameters()), list(ema.parameters())
     noisy_weights = block_linear_weights(model) if (args.weight_noise > 0 or args.nvfp4_every > 0) else []
     losses: list[float] = []
@@ -469,7 +518,10 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(start, total):
         if args.measure and step == start + 3:
             t0 = time.perf_counter()
-        images, captions, noise, t = make_batch(args.seed, step, args.batch, args.caption_dropout)
+        if pairs is None:
+            images, captions, noise, t = make_batch(args.seed, step, args.batch, args.caption_dropout)
+        else:  # the pairs carry their own dropped captions
+            images, captions, noise, t = pairs.batch(args.seed, step, args.batch)
         tt = t.view(-1, 1, 1, 1)
         x_t = (1 - tt) * images + tt * noise
         opt.zero_grad(set_to_none=True)

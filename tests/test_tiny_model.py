@@ -104,15 +104,20 @@ def test_shipped_model_config(shipped):
 # -- the pretraining script
 
 
-def _pretrain_module():
+def _script_module(name: str):
+    """scripts/<name>.py loaded as a module."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "pretrain_tiny.py"
-    spec = importlib.util.spec_from_file_location("pretrain_tiny", path)
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _pretrain_module():
+    return _script_module("pretrain_tiny")
 
 
 def _run(module, folder, *extra):
@@ -203,6 +208,62 @@ def test_distillation_from_a_frozen_teacher_measures_and_closes_the_gap_to_it(tm
         module.main(["--distill-weight", "10", "--steps", "1", "--no-eval", "--workdir", str(tmp_path / "x"),
                      "--out", str(tmp_path / "x")])
     assert "--distill-weight needs --distill-from" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_reflow_pairs_are_the_teachers_own_samples_and_a_stage_trains_on_them(tmp_path, capsys):
+    # Bugs caught: pairs whose image was not drawn from the noise stored beside it or for the caption stored
+    # beside it (a reflow stage would then learn nothing straight), guidance left out of the captioned rows
+    # (`return v` in the sampler's velocity fails it), a generator that is not a pure function of its options, a stage whose batch rows mix one
+    # pair's image with another's noise or caption, and a stage that silently trains on fresh scenes.
+    from safetensors import safe_open
+
+    pretrain, reflow = _pretrain_module(), _script_module("reflow_pairs")
+    _run(pretrain, tmp_path / "teacher", "--steps", "2")
+    teacher = load_tiny(folder=tmp_path / "teacher")
+    args = ["--model-path", str(tmp_path / "teacher"), "--count", "12", "--chunk", "6", "--steps", "3",
+            "--sampler", "euler", "--guidance", "3", "--caption-dropout", "0.3"]
+    assert reflow.main([*args, "--out", str(tmp_path / "a.safetensors")]) == 0
+    assert reflow.main([*args, "--out", str(tmp_path / "b.safetensors")]) == 0
+    with safe_open(str(tmp_path / "a.safetensors"), framework="pt") as f:
+        noise, images = f.get_tensor("noise"), f.get_tensor("images")
+        captions = json.loads(f.metadata()["captions"])
+        settings = json.loads(f.metadata()["settings"])
+    with safe_open(str(tmp_path / "b.safetensors"), framework="pt") as f:
+        assert torch.equal(f.get_tensor("images"), images) and torch.equal(f.get_tensor("noise"), noise)
+    assert settings["guidance"] == 3 and settings["sampler"] == "euler" and settings["shift"] == teacher.config.shift
+    empty = [i for i, c in enumerate(captions) if not c]
+    assert 0 < len(empty) < len(captions)  # both kinds of row are checked below
+    # The oracle: the model's own reference Euler sampler (CFG as v_u + w (v_c - v_u)), row by row.
+    for i, caption in enumerate(captions):
+        with torch.no_grad():
+            expected = teacher.generate([caption], noise[i:i + 1], 3, None if not caption else 3.0)
+        torch.testing.assert_close(((images[i:i + 1] + 1) / 2).clamp(0, 1), expected, atol=1e-5, rtol=0)
+
+    pairs = pretrain.ReflowPairs([tmp_path / "a.safetensors"])
+    rows_images, rows_captions, rows_noise, t = pairs.batch(0, 5, 4)
+    for image, caption, z in zip(rows_images, rows_captions, rows_noise):
+        i = next(k for k in range(len(captions)) if torch.equal(noise[k], z))
+        assert torch.equal(images[i], image) and captions[i] == caption
+    assert torch.equal(pairs.batch(0, 5, 4)[2], rows_noise) and not torch.equal(pairs.batch(0, 6, 4)[2], rows_noise)
+    assert ((t > 0) & (t < 1)).all()
+
+    stage = ("--init-from", str(tmp_path / "teacher"), "--reflow-pairs", str(tmp_path / "a.safetensors"))
+    straight = _run(pretrain, tmp_path / "s1", "--steps", "2", *stage)
+    fresh = _run(pretrain, tmp_path / "s2", "--steps", "2", "--init-from", str(tmp_path / "teacher"))
+    assert any(not torch.equal(straight[k], fresh[k]) for k in straight)  # the pairs, not fresh scenes, trained it
+    meta = json.loads((tmp_path / "s1" / "tiny_t2i_train.json").read_text())
+    assert meta["reflow_pairs"] == [str(tmp_path / "a.safetensors")] and meta["reflow_settings"] == [settings]
+    with pytest.raises(SystemExit):
+        pretrain.main([*stage, "--batch", "64", "--steps", "1", "--no-eval", "--workdir", str(tmp_path / "x"),
+                       "--out", str(tmp_path / "x")])
+    assert "12 pairs, fewer than one batch of 64" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    with pytest.raises(SystemExit, match="does not exist"):
+        pretrain.main(["--reflow-pairs", str(tmp_path / "none.safetensors"), "--steps", "1", "--no-eval",
+                       "--workdir", str(tmp_path / "x"), "--out", str(tmp_path / "x")])
+    with pytest.raises(SystemExit):
+        reflow.main([*args[:4], "--count", "10", "--chunk", "4", "--out", str(tmp_path / "c.safetensors")])
+    assert "must be a positive multiple of --chunk" in capsys.readouterr().err
 
 
 def test_learning_rate_schedule_shape():
