@@ -508,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
     pairs = ReflowPairs(args.reflow_pairs) if args.reflow_pairs else None
     if pairs is not None and len(pairs) < args.batch:
         p.error(f"--reflow-pairs: {len(pairs)} pairs, fewer than one batch of {args.batch}")
+    if pairs is not None and tuple(pairs.images.shape[1:]) != tuple(model.config.latent_shape):
+        p.error(f"--reflow-pairs: images of shape {tuple(pairs.images.shape[1:])}, the model draws "
+                f"{tuple(model.config.latent_shape)}")
     params, ema_params = list(model.parameters()), list(ema.parameters())
     noisy_weights = block_linear_weights(model) if (args.weight_noise > 0 or args.nvfp4_every > 0) else []
     losses: list[float] = []

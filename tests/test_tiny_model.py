@@ -258,6 +258,15 @@ def test_reflow_pairs_are_the_teachers_own_samples_and_a_stage_trains_on_them(tm
         pretrain.main([*stage, "--batch", "64", "--steps", "1", "--no-eval", "--workdir", str(tmp_path / "x"),
                        "--out", str(tmp_path / "x")])
     assert "12 pairs, fewer than one batch of 64" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    from safetensors.torch import save_file
+
+    small = {"noise": noise[:, :, :16, :16].contiguous(), "images": images[:, :, :16, :16].contiguous()}
+    save_file(small, str(tmp_path / "small.safetensors"), metadata={"captions": json.dumps(captions)})
+    with pytest.raises(SystemExit):  # pairs of another resolution would broadcast or fail deep in the model
+        pretrain.main(["--init-from", str(tmp_path / "teacher"), "--reflow-pairs", str(tmp_path / "small.safetensors"),
+                       "--batch", "4", "--steps", "1", "--no-eval", "--workdir", str(tmp_path / "x"),
+                       "--out", str(tmp_path / "x")])
+    assert "images of shape (3, 16, 16), the model draws (3, 32, 32)" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="does not exist"):
         pretrain.main(["--reflow-pairs", str(tmp_path / "none.safetensors"), "--steps", "1", "--no-eval",
                        "--workdir", str(tmp_path / "x"), "--out", str(tmp_path / "x")])
