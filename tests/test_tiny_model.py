@@ -214,8 +214,9 @@ def test_distillation_from_a_frozen_teacher_measures_and_closes_the_gap_to_it(tm
 def test_reflow_pairs_are_the_teachers_own_samples_and_a_stage_trains_on_them(tmp_path, capsys):
     # Bugs caught: pairs whose image was not drawn from the noise stored beside it or for the caption stored
     # beside it (a reflow stage would then learn nothing straight), guidance left out of the captioned rows
-    # (`return v` in the sampler's velocity fails it), a generator that is not a pure function of its options, a stage whose batch rows mix one
-    # pair's image with another's noise or caption, and a stage that silently trains on fresh scenes.
+    # (`return v` in the sampler's velocity fails it), a generator that is not a pure function of its options,
+    # a stage whose batch rows mix one pair's image with another's noise or caption, a stage that silently
+    # trains on fresh scenes, and pairs of another resolution accepted.
     from safetensors import safe_open
 
     pretrain, reflow = _pretrain_module(), _script_module("reflow_pairs")
