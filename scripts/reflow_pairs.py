@@ -47,12 +47,14 @@ def draw_pairs(model, captions: list[str], noise: torch.Tensor, steps: int, shif
     """The images the model's `sampler` ODE draws from `noise` for `captions` (CFG `guidance` on captioned rows)."""
     tokens, pooled = model.encode(captions)
     guided = torch.tensor([bool(c) for c in captions]) if guidance is not None else None
-    if guided is not None and guided.any():
+    if guided is not None and not guided.any():  # only empty captions: nothing to guide
+        guided = None
+    if guided is not None:
         u_tokens, u_pooled = model.encode([""] * len(captions))
 
     def velocity(x, t):
         v = model.velocity(model.transformer, x, t, tokens, pooled)
-        if guided is None or not guided.any():
+        if guided is None:
             return v
         v_u = model.velocity(model.transformer, x, t, u_tokens, u_pooled)
         v_cfg = v_u + guidance * (v - v_u)
