@@ -143,3 +143,42 @@ def test_the_caption_names_what_was_fitted_to_table5():
     table = get_kind("cost_projection")(tables)[0]
     assert "FITTED, not independent" in table.caption and "partly built in" in table.caption
     assert all(text in table.caption for text in FITTED.values())
+
+
+def test_a_runs_projected_clock_prices_its_forward_at_the_runs_text_length():
+    """The bug: report/clock.py's run_shares and sweep/pareto.py priced a real run's explore forward at the
+    pipeline's maximum text length (FLUX 512 T5 tokens) while the run encodes model.text_max_length (flux_main:
+    128, as the reference train_flux1.py), so the NVFP4 share of its projected clock was of a forward it never
+    ran. Both must take the run's length (SD3: CLIP's 77 + T5's), and the adapter default when it is unset."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from solbench.quant.shares import precision_split
+    from solbench.report.clock import projected_seconds, run_shares
+    from solbench.report.hardware import get_hardware
+    from solbench.sweep.pareto import projected_iteration_seconds
+
+    def share(model, recipe, tokens):
+        return precision_split(model, recipe, resolution=512, backend="te", text_tokens=tokens).quantized_share
+
+    at_512, at_128 = share("flux", "nvfp4_flux", 512), share("flux", "nvfp4_flux", 128)
+    assert at_512 != pytest.approx(at_128, rel=1e-3)  # the length moves the share, so the test can see it
+    runs = pd.DataFrame([
+        {"run_id": "f128", "model": "flux", "p_quant.recipe": "nvfp4_flux", "p_model.resolution": 512,
+         "p_model.text_max_length": 128},
+        {"run_id": "f256", "model": "flux", "p_quant.recipe": "nvfp4_flux", "p_model.resolution": 512,
+         "p_model.text_max_length": 256},
+        {"run_id": "sd3", "model": "sd3", "p_quant.recipe": "nvfp4_sd3", "p_model.resolution": 512,
+         "p_model.text_max_length": None},  # unset: the adapter's 128 T5 tokens after CLIP's 77
+    ])
+    got = run_shares(runs)
+    assert got["f128"] == pytest.approx(at_128) and got["f256"] == pytest.approx(share("flux", "nvfp4_flux", 256))
+    assert got["sd3"] == pytest.approx(share("sd3", "nvfp4_sd3", 77 + 128))
+
+    config = SimpleNamespace(model=SimpleNamespace(name="flux", resolution=512, path=None, text_max_length=128),
+                             quant=SimpleNamespace(recipe="nvfp4_flux"))
+    rows = [{"step": 1, "phase": "explore", "precision": "explore", "flops": 1e15}]
+    hw = get_hardware("B200")
+    assert projected_iteration_seconds(rows, config, hardware="B200", mfu=0.4) == pytest.approx(
+        float(projected_seconds(1e15, True, at_128, hw, 0.4)))

@@ -88,6 +88,18 @@ def _split(model, recipe, resolution, path, backend, text_tokens=None) -> Precis
     return split_layers(layers, total, recipe, model=model)
 
 
+def run_text_tokens(model: str, text_max_length: int | None) -> int | None:
+    """The text tokens a run's transformer attends to, as ``precision_split`` takes them: a real model's
+    prompts encoded to the run's ``model.text_max_length`` (None: the adapter's default; SD3 adds CLIP's 77,
+    solbench.activations.transformer_text_tokens), not the pipeline's maximum; None for the tiny model,
+    whose token counts come from its weights' JSON."""
+    if model == "tiny":
+        return None
+    from solbench.activations import transformer_text_tokens
+
+    return transformer_text_tokens(model, text_max_length)
+
+
 @functools.lru_cache(maxsize=256)
 def _cached_split(model, recipe: str, resolution, path, backend, text_tokens=None) -> PrecisionSplit:
     return _split(model, recipe, resolution, path, backend, text_tokens)

@@ -43,8 +43,9 @@ def projected_seconds(flops, explore, share, hw, mfu: float) -> np.ndarray:
 
 def run_shares(runs: pd.DataFrame) -> pd.Series:
     """Per run_id: the share of an explore forward's FLOPs its recipe quantizes (on TransformerEngine's
-    backend, the hardware projected onto), from the run's resolved spec (p_model.*, p_quant.recipe)."""
-    from solbench.quant.shares import precision_split
+    backend, the hardware projected onto), from the run's resolved spec (p_model.*, p_quant.recipe), with a real
+    model's forward at the run's text length (p_model.text_max_length), as it ran."""
+    from solbench.quant.shares import precision_split, run_text_tokens
 
     def value(row, column):
         v = row.get(column)
@@ -56,8 +57,10 @@ def run_shares(runs: pd.DataFrame) -> pd.Series:
     for _, row in runs.iterrows():
         recipe = value(row, "p_quant.recipe") or QuantConfig().recipe  # results that predate the column: the default
         resolution = value(row, "p_model.resolution")
+        length = value(row, "p_model.text_max_length")
         split = precision_split(str(row["model"]), str(recipe), resolution=int(resolution) if resolution else None,
-                                path=value(row, "p_model.path"), backend="te")
+                                path=value(row, "p_model.path"), backend="te",
+                                text_tokens=run_text_tokens(str(row["model"]), int(length) if length else None))
         out[str(row["run_id"])] = split.quantized_share
     return pd.Series(out, dtype=float)
 

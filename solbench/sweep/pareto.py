@@ -31,7 +31,7 @@ DIRECTIONS = ("maximize", "minimize")
 def projected_iteration_seconds(timing_rows: Iterable[Mapping[str, Any]], config, *, hardware: str = "B200",
                                 mfu: float = 0.4) -> float:
     """Median over training iterations of a run's PROJECTED GPU seconds (see the module docstring)."""
-    from solbench.quant.shares import precision_split
+    from solbench.quant.shares import precision_split, run_text_tokens
     from solbench.report.clock import projected_seconds
     from solbench.report.hardware import get_hardware
     from solbench.report.tables import EVAL_PHASES
@@ -43,7 +43,9 @@ def projected_iteration_seconds(timing_rows: Iterable[Mapping[str, Any]], config
     share = 0.0
     if any(r.get("precision") == "explore" for r in rows):
         share = precision_split(config.model.name, config.quant.recipe, resolution=config.model.resolution,
-                                path=config.model.path, backend="te").quantized_share
+                                path=config.model.path, backend="te",
+                                text_tokens=run_text_tokens(config.model.name, config.model.text_max_length)
+                                ).quantized_share
     per_step: dict[int, float] = {}
     for r in rows:
         seconds = float(projected_seconds(float(r["flops"]), r.get("precision") == "explore", share, hw, mfu))
