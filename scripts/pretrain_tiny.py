@@ -36,6 +36,8 @@ model draws.
 --reflow-pairs F trains on the noise-image couplings a teacher drew (scripts/reflow_pairs.py) instead of fresh
 scenes: a reflow stage (the 2-rectified flow), whose straighter paths let a short ODE land where the full one
 does; drawn with guidance, the couplings also distil the guidance into the conditional flow.
+--reflow-fraction F takes only that share of each batch from the couplings and the rest from fresh scenes, so
+the stage straightens the flow while the data, not the teacher's own samples, keep what it draws.
 
 Checkpoints (model, EMA, optimizer, step) go to build/pretrain_tiny/ every --checkpoint-every steps,
 and each checkpoint also exports the EMA weights to solbench/assets/, so a partial run is usable.
@@ -110,6 +112,23 @@ class ReflowPairs:
         t = torch.sigmoid(torch.randn(batch, generator=gen))  # logit-normal(0, 1), as pretraining
         idx = torch.from_numpy(rows)
         return self.images[idx], [self.captions[i] for i in rows], self.noise[idx], t
+
+
+def training_batch(seed: int, step: int, batch: int, caption_dropout: float, pairs: ReflowPairs | None = None,
+                   reflow_fraction: float = 1.0):
+    """One step's (images, captions, noise, t): fresh scenes (``make_batch``), or with ``pairs`` the first
+    round(reflow_fraction x batch) rows from the teacher's couplings (which carry their own dropped captions)
+    and the rest fresh scenes with independent noise, so a mixed stage straightens the flow on the couplings
+    while the scenes keep it on the data."""
+    if pairs is None:
+        return make_batch(seed, step, batch, caption_dropout)
+    k = round(reflow_fraction * batch)
+    rows = pairs.batch(seed, step, k)
+    if k == batch:
+        return rows
+    fresh = make_batch(seed, step, batch - k, caption_dropout)
+    return (torch.cat([rows[0], fresh[0]]), rows[1] + fresh[1], torch.cat([rows[2], fresh[2]]),
+            torch.cat([rows[3], fresh[3]]))
 
 
 def block_linear_layers(model: TinyT2I) -> list[tuple[str, torch.nn.Linear]]:
@@ -410,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reflow-pairs", type=Path, action="append", default=[],
                    help="train on these noise-image couplings (scripts/reflow_pairs.py; repeatable) instead of fresh "
                         "scenes: a reflow stage, whose flow is straighter, so a short ODE lands where the full one does")
+    p.add_argument("--reflow-fraction", type=float, default=1.0,
+                   help="share of each batch drawn from --reflow-pairs, the rest fresh scenes (default 1: all pairs)")
     p.add_argument("--shift", type=float, default=None,
                    help="sampling sigma-schedule shift recorded with the weights (tiny_t2i.json) and used by the "
                         "evaluation (default: the --init-from model's, else 1.0, a uniform grid)")
@@ -475,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                 "distill_weight": args.distill_weight if args.distill_from is not None else None,
                 "reflow_pairs": [str(path) for path in args.reflow_pairs] or None,
                 "reflow_settings": pairs.settings if pairs is not None else None,
+                "reflow_fraction": args.reflow_fraction if pairs is not None else None,
                 "recent_loss": float(np.mean(losses[-args.log_every:])) if losses else None,  # with the consistency term
                 "recent_consistency": float(np.mean(consistencies[-args.log_every:])) if consistencies else None,
                 "recent_distill": float(np.mean(distills[-args.log_every:])) if distills else None}
@@ -506,6 +528,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--distill-from: the teacher has {teacher.config.num_attention_heads} heads, the model "
                     f"{model.config.num_attention_heads}")
     pairs = ReflowPairs(args.reflow_pairs) if args.reflow_pairs else None
+    if not 0 < args.reflow_fraction <= 1 or (args.reflow_fraction != 1 and pairs is None):
+        p.error(f"--reflow-fraction {args.reflow_fraction}: a share in (0, 1] of each batch, with --reflow-pairs")
+    if pairs is not None and round(args.reflow_fraction * args.batch) < 1:
+        p.error(f"--reflow-fraction {args.reflow_fraction}: no pair in a batch of {args.batch}")
     if pairs is not None and len(pairs) < args.batch:
         p.error(f"--reflow-pairs: {len(pairs)} pairs, fewer than one batch of {args.batch}")
     if pairs is not None and tuple(pairs.images.shape[1:]) != tuple(model.config.latent_shape):
@@ -521,10 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(start, total):
         if args.measure and step == start + 3:
             t0 = time.perf_counter()
-        if pairs is None:
-            images, captions, noise, t = make_batch(args.seed, step, args.batch, args.caption_dropout)
-        else:  # the pairs carry their own dropped captions
-            images, captions, noise, t = pairs.batch(args.seed, step, args.batch)
+        images, captions, noise, t = training_batch(args.seed, step, args.batch, args.caption_dropout, pairs,
+                                                    args.reflow_fraction)
         tt = t.view(-1, 1, 1, 1)
         x_t = (1 - tt) * images + tt * noise
         opt.zero_grad(set_to_none=True)

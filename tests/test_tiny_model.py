@@ -285,6 +285,51 @@ def test_learning_rate_schedule_shape():
     assert module.lr_factor(50, 10, 100) == module.lr_factor(50, 10, 1000)
 
 
+def test_a_mixed_reflow_stage_takes_its_share_of_rows_from_the_pairs_and_the_rest_from_fresh_scenes(tmp_path, capsys):
+    """--reflow-fraction F: the first round(F x batch) rows of a step are the teacher's couplings (image, noise
+    and caption of one pair together), the rest the fresh scenes pretraining would draw at that step. Bugs
+    caught: a fraction that changes an all-pairs stage's batches (rD would no longer reproduce), fresh rows
+    that reuse the pairs' noise or another step's scenes, and a fraction accepted without pairs or outside
+    (0, 1]."""
+    import json
+
+    from safetensors.torch import save_file
+
+    module = _pretrain_module()
+    gen = torch.Generator().manual_seed(3)
+    noise, images = torch.randn(8, 3, 32, 32, generator=gen), torch.rand(8, 3, 32, 32, generator=gen) * 2 - 1
+    captions = [f"caption {i}" for i in range(8)]
+    save_file({"noise": noise, "images": images}, str(tmp_path / "p.safetensors"),
+              metadata={"captions": json.dumps(captions), "settings": "{}"})
+    pairs = module.ReflowPairs([tmp_path / "p.safetensors"])
+
+    whole = module.training_batch(0, 5, 4, 0.1, pairs, 1.0)
+    for got, want in zip(whole, pairs.batch(0, 5, 4)):
+        assert got == want if isinstance(got, list) else torch.equal(got, want)
+    mixed = module.training_batch(0, 5, 4, 0.1, pairs, 0.5)
+    rows, fresh = pairs.batch(0, 5, 2), module.make_batch(0, 5, 2, 0.1)
+    for i, (got, a, b) in enumerate(zip(mixed, rows, fresh)):
+        if i == 1:
+            assert got == a + b
+        else:
+            assert torch.equal(got, torch.cat([a, b]))
+    for k in range(2):  # the pair rows keep image, noise and caption of one coupling
+        j = captions.index(mixed[1][k])
+        assert torch.equal(mixed[0][k], images[j]) and torch.equal(mixed[2][k], noise[j])
+    assert not torch.equal(mixed[2][2:], module.training_batch(0, 6, 4, 0.1, pairs, 0.5)[2][2:])
+    assert torch.equal(module.training_batch(0, 5, 4, 0.1)[0], module.make_batch(0, 5, 4, 0.1)[0])
+
+    for extra, message in ((["--reflow-fraction", "0.5"], "with --reflow-pairs"),
+                           (["--reflow-pairs", str(tmp_path / "p.safetensors"), "--reflow-fraction", "1.5"],
+                            "a share in (0, 1]"),
+                           (["--reflow-pairs", str(tmp_path / "p.safetensors"), "--reflow-fraction", "0.1"],
+                            "no pair in a batch of 4")):
+        with pytest.raises(SystemExit):
+            module.main(["--batch", "4", "--steps", "1", "--no-eval", "--workdir", str(tmp_path / "w"),
+                         "--out", str(tmp_path / "o"), *extra])
+        assert message in capsys.readouterr().err and not (tmp_path / "w").exists()
+
+
 def _golden_batch():
     from solbench.noise import seeded_normal
 
