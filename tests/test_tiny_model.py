@@ -548,3 +548,23 @@ def test_anchored_output_layer_is_pulled_towards_its_rounding_where_straight_thr
     with torch.no_grad():
         w.sub_(1e-3 * grad / grad.abs().max())
     assert gap(("proj_out",)).item() < before.item()
+
+
+def test_committed_candidates_are_the_weights_their_readme_names_and_load_as_tiny_models():
+    """candidates/README.md names each kept candidate's checksum and command; later stages start from these
+    folders. Bugs caught: weights replaced or truncated without the README (a stage would continue another model
+    than the docs say), a folder without the JSON a tiny model loads from, a README row for a missing folder."""
+    import hashlib
+    import re
+    from pathlib import Path
+
+    from solbench.models.tiny import load_tiny
+
+    root = Path(__file__).resolve().parents[1] / "candidates"
+    rows = re.findall(r"^\| `([\w.-]+)/` \|.*\| `([0-9a-f]{64})` \|$", (root / "README.md").read_text(), re.M)
+    assert rows, "candidates/README.md lists no candidate"
+    for folder, digest in rows:
+        weights = root / folder / "tiny_t2i.safetensors"
+        assert hashlib.sha256(weights.read_bytes()).hexdigest() == digest, folder
+        load_tiny(folder=root / folder)  # its JSON's architecture holds its weights (strict load)
+    assert {f for f, _ in rows} == {p.name for p in root.iterdir() if p.is_dir()}
