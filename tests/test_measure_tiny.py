@@ -3,21 +3,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from _scripts import script_module
 
 
 def test_measure_tiny_reports_the_fidelity_runs_and_the_evaluation_it_ran(tmp_path, capsys):
@@ -29,7 +21,7 @@ def test_measure_tiny_reports_the_fidelity_runs_and_the_evaluation_it_ran(tmp_pa
     from solbench.models.tiny import asset_path, load_tiny
     from solbench.results import RunStore
 
-    measure = _script("measure_tiny")
+    measure = script_module("measure_tiny")
     assets = str(asset_path("tiny_t2i.json").parent)
     out = tmp_path / "m.json"
     rc = measure.main(["--model-path", assets, "--out", str(out), "--sets", "shapes/heldout:2,shapes/eval:1",
@@ -57,7 +49,7 @@ def test_measure_tiny_reports_the_fidelity_runs_and_the_evaluation_it_ran(tmp_pa
     assert got["fidelity"]["nvfp4_tiny"]["coverage"]["quantized_linears"] == 16
     assert got["fidelity"]["none"]["coverage"] is None
 
-    evaluate = _script("pretrain_tiny").evaluate
+    evaluate = script_module("pretrain_tiny").evaluate
     direct = evaluate(load_tiny(folder=Path(assets)), "shapes/heldout", seeds=1, steps=10, guidances=(None, 3.0),
                       shift=3.0)["by_guidance"]
     for key in ("none", "cfg3"):

@@ -12,6 +12,8 @@ from solbench.models.tiny import TinyT2I, load_tiny
 from solbench.rewards.shapes import ShapesGenEval
 from solbench.world.prompts import load_prompt_set
 
+from _scripts import script_module
+
 
 @pytest.fixture(scope="module")
 def random_model():
@@ -104,20 +106,8 @@ def test_shipped_model_config(shipped):
 # -- the pretraining script
 
 
-def _script_module(name: str):
-    """scripts/<name>.py loaded as a module."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _pretrain_module():
-    return _script_module("pretrain_tiny")
+    return script_module("pretrain_tiny")
 
 
 def _run(module, folder, *extra):
@@ -219,7 +209,7 @@ def test_reflow_pairs_are_the_teachers_own_samples_and_a_stage_trains_on_them(tm
     # trains on fresh scenes, and pairs of another resolution accepted.
     from safetensors import safe_open
 
-    pretrain, reflow = _pretrain_module(), _script_module("reflow_pairs")
+    pretrain, reflow = _pretrain_module(), script_module("reflow_pairs")
     _run(pretrain, tmp_path / "teacher", "--steps", "2")
     teacher = load_tiny(folder=tmp_path / "teacher")
     args = ["--model-path", str(tmp_path / "teacher"), "--count", "12", "--chunk", "6", "--steps", "3",
