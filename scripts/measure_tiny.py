@@ -7,7 +7,7 @@ One command for every number of a row of that table, so a candidate is judged th
   the held-out 16 (the issue's bar), the tuning split shapes/eval 33 and the fresh grammar draw shapes/draw26 30,
   for each explore recipe (default: the FLUX analogue, the SANA analogue and the step-budget-only control);
   per set the mean per-prompt Spearman rho, and pooled over the 79 prompts with a 95 % normal interval;
-- strict held-out accuracy (``scripts/pretrain_tiny.py``'s ``evaluate``: the eval noise stream, 10 Euler steps,
+- strict held-out accuracy (``solbench.world.accuracy.evaluate``: the eval noise stream, 10 Euler steps,
   shift 3) unguided and at each CFG scale, overall and the weakest skill.
 
     python scripts/measure_tiny.py --model-path build/tiny_rD --out build/tiny_rD/measure.json
@@ -19,7 +19,6 @@ runs that are done. The output JSON holds every number; the last line printed is
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
@@ -29,14 +28,6 @@ from pathlib import Path
 #: (prompt set, prompts): the held-out bar, the tuning split, the fresh draw (docs/embedded-world.md)
 SETS = (("shapes/heldout", 16), ("shapes/eval", 33), ("shapes/draw26", 30))
 REWARDS = ("shapes_geneval", "shapes_clip")
-
-
-def _pretrain_module():
-    path = Path(__file__).with_name("pretrain_tiny.py")
-    spec = importlib.util.spec_from_file_location("pretrain_tiny", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def pooled(values: list[float]) -> dict:
@@ -93,8 +84,8 @@ def measure_fidelity(model_path: str, recipes: list[str], workdir: Path, run_see
 
 def measure_accuracy(model_path: str, seeds: int, guidances: list[float | None]) -> dict:
     from solbench.models.tiny import load_tiny
+    from solbench.world.accuracy import evaluate
 
-    evaluate = _pretrain_module().evaluate
     model = load_tiny(folder=Path(model_path))
     result = evaluate(model, "shapes/heldout", seeds=seeds, steps=10, guidances=tuple(guidances), shift=3.0)
     out = {}

@@ -11,6 +11,8 @@ import pytest
 
 from _scripts import script_module
 
+from solbench.world.accuracy import evaluate
+
 
 def test_measure_tiny_reports_the_fidelity_runs_and_the_evaluation_it_ran(tmp_path, capsys):
     """Bugs caught: pooling the sets by their means instead of over prompts (two sets of 2 and 1 prompts weigh
@@ -49,7 +51,6 @@ def test_measure_tiny_reports_the_fidelity_runs_and_the_evaluation_it_ran(tmp_pa
     assert got["fidelity"]["nvfp4_tiny"]["coverage"]["quantized_linears"] == 16
     assert got["fidelity"]["none"]["coverage"] is None
 
-    evaluate = script_module("pretrain_tiny").evaluate
     direct = evaluate(load_tiny(folder=Path(assets)), "shapes/heldout", seeds=1, steps=10, guidances=(None, 3.0),
                       shift=3.0)["by_guidance"]
     for key in ("none", "cfg3"):

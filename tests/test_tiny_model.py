@@ -351,6 +351,29 @@ def test_shipped_samples_golden_scores(shipped, guidance, graded, strict):
     assert abs(ShapesGenEval(strict=True)(images, texts).sum().item() - strict) <= 1
 
 
+
+def test_the_shipped_evaluation_record_is_what_evaluate_measures_on_the_shipped_weights(shipped):
+    """solbench/assets/tiny_t2i_eval.json is the accuracy the README and docs quote. Bugs caught: weights replaced
+    without re-evaluating them, and `evaluate` (solbench.world.accuracy, shared by pretrain_tiny.py and
+    measure_tiny.py) drifting from the settings the record was measured at (noise stream, seeds, shift, steps).
+    Unguided only (a CFG row costs twice as much and tests the same wiring; the sampler's guidance has its own
+    golden test above); a skill may move by one image where a borderline detection flips on another CPU."""
+    from solbench.world.accuracy import evaluate
+
+    record = json.loads(tiny.asset_path("tiny_t2i_eval.json").read_text())
+    got = evaluate(shipped, record["prompt_set"], seeds=record["seeds_per_prompt"], steps=record["steps"],
+                   guidances=(None,), shift=record["shift"])
+    assert got["shift"] == record["shift"] == shipped.config.shift
+    prompts = load_prompt_set(record["prompt_set"])
+    images_per_skill = {skill: record["seeds_per_prompt"] * sum(r.skill == skill for r in prompts)
+                        for skill in {r.skill for r in prompts}}
+    want, have = record["by_guidance"]["none"], got["by_guidance"]["none"]
+    assert set(have["per_skill"]) == set(want["per_skill"])
+    for skill, row in want["per_skill"].items():
+        assert abs(have["per_skill"][skill]["strict"] - row["strict"]) <= 1.01 / images_per_skill[skill], skill
+    assert have["accuracy"] == pytest.approx(want["accuracy"], abs=0.02)
+
+
 def test_weight_perturbation_is_seeded_and_restores_the_clean_weights():
     # Bugs caught: noise that differs between a run and its resume (not a function of (seed, step)),
     # and a context that leaves the perturbed or NVFP4-rounded weights in place after the step.
