@@ -487,9 +487,13 @@ def main(argv: list[str] | None = None) -> int:
     teacher = None
     if args.distill_from is not None:
         teacher = load_tiny(folder=args.distill_from).eval().requires_grad_(False)
-        if teacher.config.num_attention_heads != model.config.num_attention_heads:
-            p.error(f"--distill-from: the teacher has {teacher.config.num_attention_heads} heads, the model "
-                    f"{model.config.num_attention_heads}")
+        # The teacher sees the student's noisy latents and encodes the captions with its own text encoder, so
+        # its width and depth are free (a wider teacher is a lever); its latents and its words are not.
+        for field in ("latent_shape", "vocabulary"):
+            mine, theirs = getattr(model.config, field), getattr(teacher.config, field)
+            if tuple(mine) != tuple(theirs):
+                p.error(f"--distill-from {args.distill_from}: the teacher's {field} {tuple(theirs)} is not the "
+                        f"model's {tuple(mine)}")
     pairs = ReflowPairs(args.reflow_pairs) if args.reflow_pairs else None
     if not 0 < args.reflow_fraction <= 1 or (args.reflow_fraction != 1 and pairs is None):
         p.error(f"--reflow-fraction {args.reflow_fraction}: a share in (0, 1] of each batch, with --reflow-pairs")

@@ -171,7 +171,8 @@ def test_distillation_from_a_frozen_teacher_measures_and_closes_the_gap_to_it(tm
     # Bugs caught: --distill-from loading another model than the folder named (the gap would not start at
     # 0 from the teacher's own weights), a teacher that trains along with the student (the gap stays 0),
     # a term that is logged but not added to the loss or enters with the wrong sign (a heavy weight would not
-    # keep the student's velocity nearer its teacher's), and a teacher of another width accepted.
+    # keep the student's velocity nearer its teacher's), a teacher that draws other latents accepted, and a
+    # wider teacher refused (it encodes the captions with its own text encoder, so its width is free).
     module = _pretrain_module()
     _run(module, tmp_path / "teacher", "--steps", "2")
 
@@ -189,11 +190,18 @@ def test_distillation_from_a_frozen_teacher_measures_and_closes_the_gap_to_it(tm
     meta = json.loads((tmp_path / "held" / "tiny_t2i_train.json").read_text())
     assert meta["distill_from"] == str(tmp_path / "teacher") and meta["distill_weight"] == 1000
     assert meta["recent_distill"] == pytest.approx(held[-1], rel=1e-3)
+    # a wider teacher is a teacher (it encodes the captions itself); one that draws other latents is refused
     _run(module, tmp_path / "wide", "--steps", "1", "--heads", "8")
+    _run(module, tmp_path / "from_wide", "--init-from", str(tmp_path / "teacher"), "--steps", "1",
+         "--distill-from", str(tmp_path / "wide"))
+    assert json.loads((tmp_path / "from_wide" / "tiny_t2i_train.json").read_text())["distill_from"] == str(tmp_path / "wide")
+    small = json.loads((tmp_path / "wide" / "tiny_t2i.json").read_text())
+    (tmp_path / "wide" / "tiny_t2i.json").write_text(json.dumps({**small, "resolution": 16}))
     with pytest.raises(SystemExit):
         module.main(["--init-from", str(tmp_path / "teacher"), "--distill-from", str(tmp_path / "wide"),
                      "--steps", "1", "--no-eval", "--workdir", str(tmp_path / "x"), "--out", str(tmp_path / "x")])
-    assert "the teacher has 8 heads, the model 4" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    assert "the teacher's latent_shape (3, 16, 16) is not the model's (3, 32, 32)" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
     with pytest.raises(SystemExit):  # a weight without a teacher would otherwise train without the term, silently
         module.main(["--distill-weight", "10", "--steps", "1", "--no-eval", "--workdir", str(tmp_path / "x"),
                      "--out", str(tmp_path / "x")])
