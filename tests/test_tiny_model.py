@@ -359,7 +359,6 @@ def test_shipped_samples_golden_scores(shipped, guidance, graded, strict):
     assert abs(ShapesGenEval(strict=True)(images, texts).sum().item() - strict) <= 1
 
 
-
 def test_the_shipped_evaluation_record_is_what_evaluate_measures_on_the_shipped_weights(shipped):
     """solbench/assets/tiny_t2i_eval.json is the accuracy the README and docs quote. Bugs caught: weights replaced
     without re-evaluating them, and `evaluate` (solbench.world.accuracy, shared by pretrain_tiny.py and
@@ -578,8 +577,6 @@ def test_committed_candidates_are_the_weights_their_readme_names_and_load_as_tin
     import hashlib
     import re
     from pathlib import Path
-
-    from solbench.models.tiny import load_tiny
 
     root = Path(__file__).resolve().parents[1] / "candidates"
     rows = re.findall(r"^\| `([\w.-]+)/` \|.*\| `([0-9a-f]{64})` \|$", (root / "README.md").read_text(), re.M)
