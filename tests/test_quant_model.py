@@ -393,7 +393,8 @@ def test_quantization_summary_of_the_tiny_recipe_on_the_shipped_model():
 
     Catches a recipe change that moves layers in or out of NVFP4 (the fidelity numbers in
     docs/embedded-world.md are measured with exactly this selection) and a size rule read as
-    min(in, out) (which would keep nothing out by size on a 128-wide model).
+    min(in, out) (which would keep nothing out by size on the shipped 256-wide model; the recipe's min_dim follows
+    the model's width).
     """
     from solbench.models.tiny import load_tiny
 
@@ -405,7 +406,7 @@ def test_quantization_summary_of_the_tiny_recipe_on_the_shipped_model():
         assert rows[skipped].reason.startswith("matches skip pattern"), skipped
     for by_size in ("transformer_blocks.0.attn.to_q", "transformer_blocks.1.attn.to_add_out",
                     "transformer_blocks.0.attn.add_v_proj", "single_transformer_blocks.1.attn.to_k"):
-        assert rows[by_size].reason == "in_features 128 and out_features 128 <= min_dim 128", by_size
+        assert rows[by_size].reason == "in_features 256 and out_features 256 <= min_dim 256", by_size
     quantized = sorted(name for name, row in rows.items() if row.quantized)
     assert quantized == sorted(
         [f"transformer_blocks.{b}.{layer}" for b in (0, 1) for layer in (

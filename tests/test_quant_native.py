@@ -192,4 +192,4 @@ def test_the_trainer_records_the_backend_it_took(tmp_path, monkeypatch):
     Trainer(cfg, store)
     record = json.loads((tmp_path / cfg.run_id / "explore.json").read_text())
     assert record["backend_requested"] == "auto" and record["backend"] == "emulated"
-    assert set(record["passed_over"]) == {"te", "torch"} and record["recipe"] == "nvfp4_tiny"
+    assert set(record["passed_over"]) == {"te", "torch"} and record["recipe"] == "nvfp4_tiny_flux"  # the default recipe

@@ -103,8 +103,8 @@ def test_a_separable_best_is_called_best(tmp_path):
 
 def test_reward_and_time_is_a_multi_objective_study_and_the_report_draws_its_pareto_front(tmp_path):
     """The paper's trade-off as an objective: final reward (max) against PROJECTED GPU seconds per iteration (min):
-    explore n x 1e9 FLOPs with nvfp4_tiny's share Q at the NVFP4 peak, the rest and training's 1e9 at BF16, on one
-    B200 at 40 %. Reward and time both grow with n, so every cell is on the front."""
+    explore n x 1e9 FLOPs with the default recipe's (nvfp4_tiny_flux) share Q at the NVFP4 peak, the rest and
+    training's 1e9 at BF16, on one B200 at 40 %. Reward and time both grow with n, so every cell is on the front."""
     objective = "objective: {kind: reward_and_time, metric: shapes_geneval, hardware: B200, mfu: 0.4}"
     spec = load_spec(make_spec(tmp_path, "pareto", "{n: {choices: [4, 8, 16]}, k: {choices: [2]}}", 3, objective))
     from solbench.quant.shares import precision_split
@@ -116,7 +116,7 @@ def test_reward_and_time_is_a_multi_objective_study_and_the_report_draws_its_par
     assert [d.name for d in result.study.directions] == ["MAXIMIZE", "MINIMIZE"]
     assert result.best is None and len(result.study.best_trials) == 3
     trials = pd.read_parquet(result.trials_path).set_index("params_n")
-    q = precision_split("tiny", "nvfp4_tiny", backend="te").quantized_share
+    q = precision_split("tiny", "nvfp4_tiny_flux", backend="te").quantized_share
     for n in (4, 8, 16):
         seconds = (n * 1e9 * (q / 9e15 + (1 - q) / 2.25e15) + 1e9 / 2.25e15) / 0.4
         assert trials.loc[n, "value_time"] == pytest.approx(seconds)
