@@ -16,7 +16,7 @@ on the v1 weights when written (base 0.312): diffusion_nft 0.435, sol_rl 0.405, 
 width-128 v2 (NVFP4-consistency stage, shift 3) every method but FlowGRPO passed at run seed 1.
 
 On the shipped width-256 model (rDmix, since 2026-11-27; base 0.313 at run seed 1) the DiffusionNFT family's
-lr 3e-4 left Sol-RL at +0.029, under the margin, so the family runs at 1e-3 (DEFAULT_LR, tiny_main's rate at this
+lr 3e-4 left Sol-RL at +0.029, under the margin, so the family runs at 1e-3 (LR, tiny_main's rate at this
 width). Measured at run seed 1 (AMD EPYC, 1 thread; 9-20 s per method, FlowGRPO 4 x 28 s): diffusion_nft 0.508,
 sol_rl 0.502, naive_scaling 0.506, naive_fp4 0.512, awm 0.384; FlowGRPO +0.085, +0.025, +0.050, +0.057 at seeds
 1-4 (mean +0.054); DanceGRPO +0.032, +0.011, -0.015, +0.031 (mean +0.015; at lr 5e-4: +0.016, +0.010, +0.002,
@@ -66,12 +66,11 @@ LEARNING = {
 }
 
 
-LR = {"flow_grpo": 1e-3, "dance_grpo": 1e-3, "awm": 1e-3}  # the DiffusionNFT family: DEFAULT_LR
-# 1e-3 since the width-256 model shipped (tiny_main's rate there; docs/embedded-world.md, "Shipping rDmix");
-# 3e-4 on the width-128 v2
-DEFAULT_LR = 1e-3
+# every method's rate; the DiffusionNFT family's since the width-256 model shipped (tiny_main's rate there;
+# docs/embedded-world.md, "Shipping rDmix"), 3e-4 on the width-128 v2
+LR = 1e-3
 ROLLOUT_STEPS = {"flow_grpo": 10}  # training rollout steps (and evaluation steps); every other method: 4
-# FlowGRPO's 8-iteration gain on the shipped v2 swings with the run seed (seeds 1-4: -0.062, +0.003,
+# FlowGRPO's 8-iteration gain on the width-128 v2 swung with the run seed (seeds 1-4: -0.062, +0.003,
 # +0.052, +0.120), so its test pools four run seeds: the mean gain must reach POOLED_MARGIN. DanceGRPO's does too
 # on the shipped width-256 model (+0.032, +0.011, -0.015, +0.031 at seeds 1-4), so it pools them as well, against
 # a lower bar (docstring).
@@ -84,7 +83,7 @@ def learning_config(method: str) -> RunConfig:
         experiment="learning", method=method, method_config=LEARNING[method],
         model=ModelConfig(name="tiny"), rewards={"shapes_geneval": 1.0},
         prompts_per_iter=2, iterations=ITERATIONS, seed=1,
-        finetune=FinetuneConfig(lr=LR.get(method, DEFAULT_LR)),
+        finetune=FinetuneConfig(lr=LR),
         sampling=SamplingConfig(steps=ROLLOUT_STEPS.get(method, 4), eval_steps=ROLLOUT_STEPS.get(method, 4)),
         eval=EvalConfig(every=ITERATIONS, prompts="shapes/heldout", n_prompts=8, seeds_per_prompt=2,
                         rewards=["shapes_geneval"], grid_prompts=4),
