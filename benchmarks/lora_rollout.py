@@ -5,17 +5,17 @@
 The NFT family samples its full-precision rollouts from the "old" role, which with LoRA is the
 shared transformer run with adapter "old" active (solbench.policy.AdapterView: peft's LoRA layers
 add two rank-r matmuls per targeted linear, and the view switches adapters around each forward).
-A plain transformer with that adapter merged into its weights computes the same images (to fp32
-rounding, printed as "max |dx0|") without the LoRA matmuls, at the price of one more full copy of
-the weights: on FLUX a third bf16 transformer, 24 GB per rank, which solbench deliberately does not
-hold (policy.py). This script measures what that copy would buy on the tiny model: engine.sample
-of the same prompts and seeds through both, paired and interleaved, min and median per mode.
+The merged rollout copy (PolicyNets(rollout_copy=True), model.rollout_copy: merged) computes the same
+images (to fp32 rounding, printed as "max |dx0|") without the LoRA matmuls, at the price of its adapted
+layers' weights (on FLUX 3.6 GB in bf16; the rest is shared with the policy). This script measures what
+it buys on the tiny model: engine.sample of the same prompts and seeds through both (the role "old"
+with and without the copy), paired and interleaved, min and median per mode. On the GPU,
+scripts/rollout_speed.py measures FLUX's forward through both, eager and compiled.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from pathlib import Path
 
@@ -45,21 +45,18 @@ def main() -> None:
     from solbench.engine import Engine, SamplerSpec
     from solbench.models.tiny import load_tiny
     from solbench.models.tiny_adapter import TinyAdapter
-    from solbench.policy import PolicyNets, active_adapter
-    from solbench.quant.model import _strip_adapters
+    from solbench.policy import PolicyNets
     from solbench.timing import PhaseTimer
 
     adapter = TinyAdapter(load_tiny(pretrained=True))
-    nets = PolicyNets(adapter.transformer, FinetuneConfig(mode="lora", lora_rank=8, lora_alpha=16), roles=("old",))
+    nets = PolicyNets(adapter.transformer, FinetuneConfig(mode="lora", lora_rank=8, lora_alpha=16), roles=("old",),
+                      explore_source="old", rollout_copy=True)
     with torch.no_grad():  # an "old" adapter that is not zero, as after some training
         generator = torch.Generator().manual_seed(0)
         for p in nets.trainable("old"):
             p.add_(torch.randn(p.shape, generator=generator) * 0.05)
-    with active_adapter(nets.policy, "old"):
-        merged = copy.deepcopy(nets.policy)
-        _strip_adapters(nets.policy, merged)
-    merged.requires_grad_(False)
-    engine = Engine(adapter, {"old": nets["old"], "merged": merged}, None, PhaseTimer(), run_seed=0)
+    nets.sync_explore_copy()  # the trainer's refresh after an update
+    engine = Engine(adapter, {"old": nets["old"], "merged": nets.rollout_copy}, None, PhaseTimer(), run_seed=0)
     spec = SamplerSpec("euler", args.steps, guidance=args.guidance)
     modes = ["quiet", "loaded"] if args.load == "both" else [args.load]
 

@@ -12,17 +12,23 @@ SA-Solver, solbench.sampling "sa_solver", or "awm_sde", its first-order transiti
 "discrete", indices 0 .. int(T * timestep_fraction), its PickScore config, whose first stratum includes
 t = 1), with fresh eps: x_t = (1 - t) x0 + t eps. With d = mean |v_theta(x_t) - (eps - x0)|^2 the loss is
 
-    mean(A d) + kl_beta mean |v_theta - v_ref|^2 + slow_beta mean |v_theta - v_slow|^2
+    mean(A w(d)) + kl_beta mean |v_theta - v_ref|^2 + slow_beta mean |v_theta - v_slow|^2
 
+(w(d) = d, or the reference's generalised Huber of d with ``weighting="ghuber"``, below),
 where the reference is the model without LoRA and the slow copy follows the policy after every
 iteration: theta_slow <- d theta_slow + (1 - d) theta, d = min(slow_decay_rate * step, slow_decay_max).
 The slow copy lives in the harness's "old" role.
 
 Deviations from the reference:
-- The loss is A d directly; the reference wraps -d as a log-prob in a PPO ratio (clip 1) whose
+- The loss is A w(d) directly; the reference wraps -w(d) as a log-prob in a PPO ratio (clip 1) whose
   on-policy value is 1, which gives the same gradient.
-- d is the plain mean squared velocity error ("Uniform" weighting); the reference's configs use a
-  generalised-Huber weighting (power 0.25, times t).
+- Weighting: ``weighting="uniform"`` (the default, which keeps the tiny model's numbers) trains on d itself,
+  the reference's 'Uniform'; ``"ghuber"`` on its generalised Huber ((d + 1e-10)^p - 1e-10^p) t / p with
+  d in float64 (train_sd3_awm.py compute_log_prob_awm, whose log-prob is minus it), p = ``ghuber_power``:
+  the PickScore config's weighting='ghuber', ghuber_power=0.25 (dgx_awm.py), which the real specs set. The
+  reference puts it in an exp_first ratio exp(lp - lp.detach()) per (timestep, sample); on-policy the
+  ratio is 1 and its clip (range 1) cannot act, so A times the loss has the same gradient, -A d lp; its
+  sum_first variant, the mean over timesteps inside the ratio, has that gradient too.
 - Defaults are the reference's GenEval config (config/dgx_awm.py geneval_sd3_no_cfg_*: noise_level
   0.4, kl_beta 1e-3, time_type discrete_wo_init); its OCR config uses kl_beta 3e-3, its PickScore
   config noise_level 0 (a deterministic SA-solver), kl_beta 1e-4 and time_type discrete, which the
@@ -81,6 +87,9 @@ class AWMConfig:
     adv_clip: float = help_field(5.0, "advantages are clipped to [-adv_clip, adv_clip] ...")
     advantage_max: float = help_field(1.0, "... then scaled to [-advantage_max, advantage_max]")
     global_std: bool = help_field(True, "normalise advantages by the std over the whole batch, not per prompt")
+    weighting: Literal["uniform", "ghuber"] = help_field(
+        "uniform", "per-sample matching loss: uniform d, or the reference's generalised Huber of d times t")
+    ghuber_power: float = help_field(0.25, "power p of the generalised Huber weighting (weighting=ghuber)")
     kl_beta: float = help_field(1e-3, "weight of |v_theta - v_ref|^2 to the reference")
     slow_beta: float = help_field(1.0, "weight of |v_theta - v_slow|^2 to the slow copy")
     slow_decay_rate: float = help_field(0.001, "slow-copy EMA decay grows by this per iteration ...")
@@ -94,6 +103,19 @@ class AWMConfig:
             raise ValueError(f"train_timesteps must be >= 1, got {self.train_timesteps}")
         if not 0 < self.timestep_fraction <= 1:
             raise ValueError(f"timestep_fraction must be in (0, 1], got {self.timestep_fraction}")
+        if self.ghuber_power <= 0:
+            raise ValueError(f"ghuber_power must be > 0, got {self.ghuber_power}")
+
+
+GHUBER_EPS = 1e-10  # train_sd3_awm.py compute_log_prob_awm: pow(d + 1e-10, p) - pow(1e-10, p)
+
+
+def ghuber(d: torch.Tensor, t: torch.Tensor, power: float) -> torch.Tensor:
+    """The reference's generalised-Huber matching loss of the per-sample mean squared error ``d`` at time ``t``,
+    ((d + 1e-10)^p - 1e-10^p) t / p, in float64 as the reference computes it (its log-prob is minus this):
+    p = 1 is t d, p = 1/2 its 'huber'; p = 0.25 (the PickScore config) weights a sample by t d^(p - 1)."""
+    d = d.double()
+    return ((d + GHUBER_EPS) ** power - GHUBER_EPS ** power) * t.double() / power
 
 
 def stratified_indices(n_steps: int, n_strata: int, fraction: float, generator: torch.Generator,
@@ -163,9 +185,13 @@ class AWM(Method):
         x_t = (1 - t_b) * x0 + t_b * eps
 
         v = engine.velocity("policy", x_t, t, cond, guidance).float()
-        matching = mean_dims((v - (eps - x0)) ** 2)
         adv = chunk.data["advantages"].clamp(-cfg.adv_clip, cfg.adv_clip) / cfg.adv_clip * cfg.advantage_max
-        policy_loss = (adv * matching).mean()
+        if cfg.weighting == "ghuber":  # the squared error in float64, as the reference's compute_log_prob_awm
+            matching = mean_dims((v.double() - (eps.double() - x0.double())) ** 2)
+            policy_loss = (adv.double() * ghuber(matching, t, cfg.ghuber_power)).mean().float()
+        else:
+            matching = mean_dims((v - (eps - x0)) ** 2)
+            policy_loss = (adv * matching).mean()
 
         loss = policy_loss
         logs = {"policy_loss": float(policy_loss.detach()), "matching": float(matching.detach().mean())}

@@ -22,9 +22,11 @@ scored mostly on that noise (shapes_geneval 0.15 against 0.40 for Euler; 0.39 at
 
 Guidance: the rollouts and every loss forward (v_theta and v_ref) use the rollout's resolved guidance
 (``rollout.sampler.guidance``): CFG 4.5 on SD3.5 as the reference, distilled 3.5 on FLUX.1-dev. Under
-CFG the policy's unconditional branch is detached, as the reference's compute_log_prob does
-(``noise_pred_uncond.detach()``, flow_grpo scripts/train_sd3.py): the velocity is the same, its
-gradient g grad v_cond instead of g grad v_cond - (g - 1) grad v_uncond.
+CFG, with ``detach_uncond`` (the default), the policy's unconditional branch is detached, as the
+reference's compute_log_prob did at ac4c86e (``noise_pred_uncond.detach()``, flow_grpo
+scripts/train_sd3.py): the velocity is the same, its gradient g grad v_cond instead of g grad v_cond -
+(g - 1) grad v_uncond. Its later train_sd3.py (74db691, the commit the real specs' tables read) takes the
+gradient through both branches, which the real specs follow (detach_uncond false).
 
 Sample order: the reference shuffles the kept samples (``torch.randperm(total_batch_size)``) before
 splitting them into its training batches, so each optimizer step trains on a random half of the
@@ -81,6 +83,7 @@ class FlowGRPOConfig:
     global_std: bool = help_field(True, "normalise advantages by the std over the whole batch, not per prompt")
     timestep_fraction: float = help_field(0.99, "train the first int(T * fraction) of the T rollout steps")
     same_latent: bool = help_field(False, "share one initial noise across each prompt's group")
+    detach_uncond: bool = help_field(True, "under CFG, no gradient through the policy's unconditional branch")
     micro_batch_size: int | None = help_field(None, "samples per forward pass; None = the whole batch")
 
     def __post_init__(self) -> None:
@@ -160,7 +163,7 @@ class FlowGRPO(Method):
         cond = engine.encode(chunk.data["prompts"])
         t = sigmas[j].expand(x.shape[0]).to(x.device)
 
-        v = engine.velocity("policy", x, t, cond, chunk.data["guidance"], detach_uncond=True)
+        v = engine.velocity("policy", x, t, cond, chunk.data["guidance"], detach_uncond=self.config.detach_uncond)
         step = step_log_prob(cfg.sampler, x, v, sigmas, j, x_next, cfg.noise_level)
         log_ratio = step.log_prob - chunk.data["old_log_prob"]
         ratio = torch.exp(log_ratio)

@@ -9,7 +9,10 @@
    - it runs without a host synchronisation (torch.cuda.set_sync_debug_mode("error"));
    - its output equals F.linear of the emulated operands (the same numbers) up to the GEMM's accumulation
      order and one bf16 rounding (relative Frobenius error < 2e-3);
-   - its time against the bf16 F.linear and the emulated layer.
+   - its time against the bf16 F.linear and the emulated layer;
+   - FP8: the CUDA kernels its input quantizer launches (the compiled two-pass kernel: at most two, plus
+     a small second stage where inductor splits the amax reduction), and with fast accumulation
+     (quant.fast_accum) its error against the emulated layer and its time.
 3. fp32 LoRA on a bf16 CUDA transformer: adapters, gradients and AdamW state in fp32.
 On a CPU the device checks are skipped and say so (the CPU tests cover that ground); the script itself
 is exercised there by tests/test_gpu_scripts.py.
@@ -116,14 +119,40 @@ def native_backend(fmt: str) -> dict:
             t_bf16 = _timed(lambda: F.linear(x, linear.weight, linear.bias))
             t_native = _timed(lambda: native(x))
             t_emulated = _timed(lambda: emulated(x), repeats=5)
+            extra = _fp8_extras(native, x, ref_y, t_bf16) if fmt == "fp8" else {}
         flops = 2 * rows * k * n
         out["shapes"].append({"rows": rows, "in": k, "out": n, "operands_bit_exact": same, "weights_bit_exact": weights_same,
                               "host_sync_free": not synced, "relative_error_vs_emulated_operands": rel,
                               "bf16_tflops": flops / t_bf16 / 1e12, "native_tflops": flops / t_native / 1e12,
-                              "emulated_tflops": flops / t_emulated / 1e12, "native_speedup_vs_bf16": t_bf16 / t_native})
+                              "emulated_tflops": flops / t_emulated / 1e12, "native_speedup_vs_bf16": t_bf16 / t_native,
+                              **extra})
     out["ok"] = all(s["operands_bit_exact"] and s["weights_bit_exact"] and s["host_sync_free"]
                     and s["relative_error_vs_emulated_operands"] < 2e-3 for s in out["shapes"])
     return out
+
+
+def _fp8_extras(native, x, ref_y, t_bf16: float) -> dict:
+    """The FP8 layer's input quantizer's CUDA kernel count, and the layer with fast accumulation: its
+    relative error against the emulated layer's numbers and its speed against the bf16 F.linear."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from solbench.quant.native import quantize_fp8_rows, set_fast_accum
+
+    quantize_fp8_rows(x)  # compiled before profiling
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        quantize_fp8_rows(x)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    set_fast_accum(native, True)
+    try:
+        y = native(x)
+        t_fast = _timed(lambda: native(x))
+    finally:
+        set_fast_accum(native, False)
+    return {"quantizer_kernels": len(kernels), "quantizer_kernel_names": kernels[:6],
+            "relative_error_fast_accum_vs_emulated_operands": float((y.float() - ref_y).norm() / ref_y.norm()),
+            "fast_accum_speedup_vs_bf16": t_bf16 / t_fast}
 
 
 def lora_state() -> dict:

@@ -8,13 +8,17 @@
 #    /tmp/solbench_pkg, without pip touching torch;
 # 3. scripts/gpu_check.py: the scaled-matmul explore backend against the emulated numbers at FLUX's
 #    layer shapes, sync-free, and its speed; fp32 LoRA state on a bf16 GPU model (about a minute);
-# 4. `solbench doctor SPEC --measure --isolate --budget BUDGET_S`: one iteration per method at published shapes,
-#    each method in its own process;
+# 4. scripts/rollout_speed.py: one transformer forward of each rollout arm at the spec's shapes (BF16 through
+#    the LoRA role and through the merged copy, the explore copy; eager, then compiled), rollout_speed.csv;
+# 5. `solbench doctor SPEC --measure --isolate --budget BUDGET_S`: one iteration per method at published shapes,
+#    each method in its own process (compiled, as model.compile: auto does on CUDA);
 # Everything lands in $OUT (the device tool's output folder; ./gpu_measure_out when unset): gpu_check.json,
-# measure.json and measure.md (rewritten after every method, so a run cut short keeps what it measured)
-# and gpu_measure.log. The whole script stays under the device tool's 600 s per command (DEADLINE_S).
-# Extra arguments for the measurement go in SOLBENCH_MEASURE_ARGS (e.g. "--tiny --methods sol_rl");
-# SOLBENCH_SKIP_CHECK=1 leaves step 3 out (a second measurement on the same machine).
+# rollout_speed.csv and .json, measure.json and measure.md (rewritten after every arm / method, so a run
+# cut short keeps what it measured) and gpu_measure.log. The whole script stays under the device tool's
+# 600 s per command (DEADLINE_S).
+# Extra arguments for the measurement go in SOLBENCH_MEASURE_ARGS (e.g. "--tiny --methods sol_rl"), for
+# step 4 in SOLBENCH_SPEED_ARGS (e.g. "--tiny"), its budget in SPEED_BUDGET_S (default 200);
+# SOLBENCH_SKIP_CHECK=1 leaves step 3 out (a second measurement on the same machine), SOLBENCH_SKIP_SPEED=1 step 4.
 set -uo pipefail
 SPEC=${1:-experiments/flux_main.yaml}
 BUDGET=${2:-420}
@@ -47,9 +51,21 @@ status=0
 if [ -z "${SOLBENCH_SKIP_CHECK:-}" ]; then
   timeout 120 "$PYTHON" scripts/gpu_check.py --out "$OUT_DIR" || { echo "gpu_measure: gpu_check exit $?"; status=1; }
 fi
+if [ -z "${SOLBENCH_SKIP_SPEED:-}" ]; then
+  SPEED_BUDGET=${SPEED_BUDGET_S:-200}
+  # the budget stops starting arms; the timeout also covers one arm's compilation past it
+  # shellcheck disable=SC2086  # SOLBENCH_SPEED_ARGS is a list of arguments
+  timeout $((SPEED_BUDGET + 150)) "$PYTHON" scripts/rollout_speed.py --spec "$SPEC" --out "$OUT_DIR" \
+    --budget "$SPEED_BUDGET" ${SOLBENCH_SPEED_ARGS:-} || { echo "gpu_measure: rollout_speed exit $?"; status=1; }
+fi
 # --isolate: each method in its own process, so a CUDA error that ends a process ends only its method's row
-# shellcheck disable=SC2086  # SOLBENCH_MEASURE_ARGS is a list of arguments
-timeout $((DEADLINE_S - SECONDS)) "$PYTHON" -m solbench doctor "$SPEC" --measure --isolate --budget "$BUDGET" \
-  --out "$OUT_DIR" ${SOLBENCH_MEASURE_ARGS:-} || { echo "gpu_measure: measure exit $?"; status=1; }
+LEFT=$((DEADLINE_S - SECONDS))
+if [ "$LEFT" -gt 10 ]; then  # (timeout 0 would mean no limit)
+  # shellcheck disable=SC2086  # SOLBENCH_MEASURE_ARGS is a list of arguments
+  timeout "$LEFT" "$PYTHON" -m solbench doctor "$SPEC" --measure --isolate --budget "$BUDGET" \
+    --out "$OUT_DIR" ${SOLBENCH_MEASURE_ARGS:-} || { echo "gpu_measure: measure exit $?"; status=1; }
+else
+  echo "gpu_measure: no time left for the measurement (DEADLINE_S=$DEADLINE_S)"; status=1
+fi
 echo "gpu_measure: done $(date -u +%FT%TZ) after ${SECONDS}s, status $status"
 exit $status

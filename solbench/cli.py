@@ -16,6 +16,7 @@ import pkgutil
 import sys
 
 from solbench import commands
+from solbench.commands._common import check_environment
 from solbench.errors import SolbenchError
 
 
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_environment()  # before any work: a bad SOLBENCH_THREADS is one line, not a failed run each
         return int(args._main(args) or 0)
     except SolbenchError as err:
         print(f"solbench {args.command}: error: {err}", file=sys.stderr)

@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass
@@ -37,6 +37,14 @@ class ModelConfig:
     # SANA: the linear-FFN SANA 1.6B of Sol-RL's configs/sol_rl/sana.py (SANA_LinearFFN.pth), loaded into a
     # SanaTransformer2DModel whose feed-forward is Linear (solbench.models.sana_linear); None = model.path's own
     checkpoint: str | None = None
+    # rollout forwards under torch.compile (solbench.compile: each repeated transformer block, sampling only):
+    # auto = on for CUDA, off on CPU; on; off; or a torch.compile mode ("max-autotune-no-cudagraphs", the reference's)
+    compile: str = "auto"
+    # what full-precision rollouts of the method's rollout role sample through (solbench.rollout_copy): "merged",
+    # a copy with that role's LoRA merged (the reference's inference copy, refreshed after every update, phase
+    # "sync"); "lora", the shared transformer with the role's adapter; auto = merged where the doctor's memory
+    # model says it fits the GPU, lora on CPU. The run writes what it took to rollout.json
+    rollout_copy: str = "auto"
 
 
 @dataclass
@@ -64,6 +72,9 @@ class FinetuneConfig:
     lora_init: str | None = None
 
 
+#: model.rollout_copy's values (solbench.rollout_copy).
+ROLLOUT_COPY_SETTINGS = ("auto", "merged", "lora")
+
 #: Each model's explore recipe where neither a run nor a command names one (``solbench fidelity``, the reports'
 #: primary fidelity claim): the recipe its paper-setting spec explores with (experiments/*_main.yaml).
 DEFAULT_EXPLORE_RECIPES = {"tiny": "nvfp4_tiny_flux", "flux": "nvfp4_flux", "sd3": "nvfp4_sd3", "sana": "nvfp4_sana"}
@@ -78,6 +89,8 @@ class QuantConfig:
     # format's tensor cores, else error); solbench.quant.backends; the run records its choice in explore.json
     backend: str = "emulated"
     allow_emulated_fallback: bool = False  # with backend te/torch/auto: fall back to emulation instead of failing
+    # backend torch, FP8: the scaled GEMM's fast accumulation (use_fast_accum; scripts/gpu_check.py measures its error)
+    fast_accum: bool = False
 
 
 @dataclass
@@ -114,6 +127,28 @@ class EvalConfig:
     rewards: list[str] = field(default_factory=lambda: ["shapes_geneval", "shapes_geneval_strict"])
     use_ema: bool = True
     grid_prompts: int = 8  # prompts shown in the saved sample grid
+    # The rest of the evaluation protocol (the real specs state one per model, the same for every method, whatever
+    # each trains with; solbench.provenance checks it); None = the run's training setting: sampling.guidance,
+    # model.resolution and sampling.shift (the schedule's shift None: the model scheduler's own at that resolution)
+    guidance: float | None = None  # CFG / distilled guidance scale of the evaluation samples
+    resolution: int | None = None  # image side of the evaluation samples in pixels
+    shift: float | None = None  # sigma-schedule shift of the evaluation samples
+    sampler: Literal["euler", "dpm2"] = "euler"  # the deterministic ODE solver of the evaluation samples
+
+
+@dataclass
+class NumericsConfig:
+    """What, besides the method and its data, decides the numbers a run computes: part of the run id.
+
+    On CPU a GEMM or a reduction split over 2 threads adds in another order than over 1, so a run's
+    intra-op thread count is a setting of the run, never derived from the machine: not from its cores,
+    its load, ``--workers`` or how many runs are left (solbench.threads). The default, 1, is what one
+    run per core gives on any machine. A run whose setting cannot be had (fewer cores than
+    ``threads``, a Slurm task with fewer CPUs) says so in one line and records it (solbench.numerics).
+    On CUDA the count only sizes the CPU-side work (the GPU's kernels do not depend on it).
+    """
+
+    threads: int = 1
 
 
 # Settings added after runs existed, with the value that reproduces what runs did before them: a run
@@ -125,9 +160,19 @@ HASHED_ONLY_WHEN_SET: dict[tuple[str, str], Any] = {
     ("model", "text_max_length"): None,
     ("model", "prompt_instruction"): None,
     ("model", "checkpoint"): None,
+    ("model", "compile"): "auto",
+    ("model", "rollout_copy"): "auto",
+    ("quant", "fast_accum"): False,
     ("finetune", "ema_every"): 1,
     ("finetune", "lora_init"): None,
     ("method_config", "time_type"): "discrete_wo_init",  # AWM
+    ("method_config", "weighting"): "uniform",  # AWM
+    ("method_config", "ghuber_power"): 0.25,  # AWM
+    ("method_config", "detach_uncond"): True,  # FlowGRPO
+    ("eval", "guidance"): None,
+    ("eval", "resolution"): None,
+    ("eval", "shift"): None,
+    ("eval", "sampler"): "euler",
 }
 
 
@@ -150,6 +195,7 @@ class RunConfig:
     checkpoint_every: int = 1  # iterations between checkpoints (resume granularity)
     device: str = "auto"  # auto | cpu | cuda
     world_size: int = 1  # ranks per run (torch.distributed); part of the result, so hashed
+    numerics: NumericsConfig = field(default_factory=NumericsConfig)  # thread count (hashed: it changes the numbers)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -159,7 +205,8 @@ class RunConfig:
         """Inverse of to_dict for stored spec.json files (trusted input: specs are validated earlier)."""
         kwargs = dict(data)
         for name, sub in (("model", ModelConfig), ("finetune", FinetuneConfig), ("quant", QuantConfig),
-                          ("sampling", SamplingConfig), ("eval", EvalConfig), ("micro_batch", MicroBatchConfig)):
+                          ("sampling", SamplingConfig), ("eval", EvalConfig), ("micro_batch", MicroBatchConfig),
+                          ("numerics", NumericsConfig)):
             if name in kwargs and isinstance(kwargs[name], dict):
                 sub_kwargs = dict(kwargs[name])
                 if name == "finetune" and "adam_betas" in sub_kwargs:

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 from solbench import sampling
 from solbench.batch_invariance import pad_linear_rows
+from solbench.compile import sampling as compiled_sampling
 from solbench.distributed import SINGLE, DistContext, ShardedRows
 from solbench.errors import ConfigError
 from solbench.models.base import Cond, ModelAdapter, net_dtype
@@ -239,6 +240,8 @@ class Engine:
         module = self.net(net)
         precision = precision_of(role)
         spec = sampler.resolved(guidance=self.adapter.default_guidance, shift=self.adapter.default_shift)
+        if isinstance(net, str) and not spec.stochastic and hasattr(self.nets, "rollout_module"):
+            module = self.nets.rollout_module(net)  # the merged rollout copy where the run keeps one
         n = len(prompts)
         mine = self.dist.shard(n)  # this rank's rows (all of them in a single process)
         with self.timer.phase(phase, precision=precision, n_images=n, flops=self.rollout_flops(n, spec)):
@@ -253,7 +256,7 @@ class Engine:
             n_local = len(local_prompts)
             chunk = self.micro_batch or max(n_local, 1)
             out = _RowBuffers(n_local)  # x0 and trajectory rows on the device, images in host memory
-            with torch.no_grad():
+            with torch.no_grad(), compiled_sampling():  # compiled blocks run compiled here (solbench.compile)
                 for start in range(0, n_local, chunk):
                     sl = slice(start, start + chunk)
                     cond = self.encode(local_prompts[sl])

@@ -37,8 +37,9 @@ from typing import Any
 import pandas as pd
 import torch
 
-from solbench.config import DEFAULT_EXPLORE_RECIPES, ModelConfig, QuantConfig, RunConfig
+from solbench.config import DEFAULT_EXPLORE_RECIPES, ModelConfig, NumericsConfig, QuantConfig
 from solbench.errors import ConfigError
+from solbench.fidelity_checkpoint import Checkpoint, load_checkpoint
 from solbench.threads import cpu_allocation
 
 log = logging.getLogger(__name__)
@@ -74,57 +75,7 @@ class FidelitySettings:
     run_seed: int = 0
     device: str = "auto"
     batch_seeds: int | None = None
-
-
-@dataclass
-class Checkpoint:
-    """A run's saved state and the RunConfig it was trained with."""
-
-    config: RunConfig
-    step: int
-    state: dict
-    path: Path
-    run_id: str | None
-
-
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """The latest checkpoint of a run folder, or one checkpoint file inside a run folder.
-
-    The run's spec.json (the folder itself, or the grandparent of ``checkpoints/step_N.pt``) gives the
-    model, fine-tuning (LoRA rank, targets) and quantization settings the weights belong to.
-    """
-    from solbench.results import RunStore
-
-    path = Path(path)
-    earlier: list[Path] = []  # with a run folder: its older checkpoints, which the user may name instead
-    if path.is_dir():
-        run_dir = path
-        if not (run_dir / "spec.json").is_file():
-            raise ConfigError(f"--checkpoint {path}: not a run folder (no spec.json); give results/<experiment>/<run_id> "
-                              "or a checkpoint file inside one")
-        files = [file for _, file in RunStore(run_dir, run_dir.name).checkpoint_files()]
-        if not files:
-            raise ConfigError(f"--checkpoint {path}: the run has no readable checkpoint in {run_dir / 'checkpoints'}")
-        *earlier, ckpt_path = files  # the final one: never quietly an older one in its place
-    elif path.is_file():
-        run_dir = next((d for d in (path.parent, path.parent.parent) if (d / "spec.json").is_file()), None)
-        if run_dir is None:
-            raise ConfigError(f"--checkpoint {path}: no spec.json beside it or in its run folder, so its model and "
-                              "LoRA settings are unknown")
-        ckpt_path = path
-    else:
-        raise ConfigError(f"--checkpoint {path}: no such run folder or file")
-    try:
-        payload = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        step, state = int(payload["step"]), payload["state"]
-    except Exception as err:  # noqa: BLE001 - report any unreadable file the same way
-        instead = f"; to measure the earlier one, give --checkpoint {earlier[-1]}" if earlier else ""
-        raise ConfigError(f"--checkpoint {path}: cannot read {ckpt_path} as a solbench checkpoint ({err}){instead}") \
-            from err
-    if "nets" not in state:
-        raise ConfigError(f"--checkpoint {path}: the checkpoint holds no network weights ('nets')")
-    config = RunConfig.from_dict(json.loads((run_dir / "spec.json").read_text()))
-    return Checkpoint(config, step, state, ckpt_path, state.get("run_id") or run_dir.name)
+    threads: int | None = None  # CPU threads (numerics.threads); default: the checkpoint run's, else 1
 
 
 def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) -> dict[str, Any]:
@@ -145,10 +96,7 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
         or DEFAULT_EXPLORE_RECIPES.get(model)
     if recipe is None:
         raise ConfigError(f"--recipe: no default quantization recipe for model {model!r}; name one")
-    if recipe != NO_QUANT:
-        from solbench.quant import get_recipe
-
-        get_recipe(recipe)  # unknown names fail here, with close matches
+    check_recipe(recipe)
     from solbench.trainer import resolve_device
 
     device = resolve_device(settings.device)
@@ -172,10 +120,13 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
         sampler = method_sampler or get_method("sol_rl").Config().sampler
     guidance = settings.guidance if settings.guidance is not None else (run.sampling.guidance if run else None)
     shift = settings.shift if settings.shift is not None else (run.sampling.shift if run else None)
-    for label, value in (("--seeds", settings.seeds), ("--steps", settings.steps),
+    for label, value in (("--seeds", settings.seeds), ("--steps", settings.steps), ("--threads", settings.threads),
                          ("--explore-steps", settings.explore_steps), ("--n-prompts", settings.n_prompts)):
         if value is not None and value < 1:
             raise ConfigError(f"{label} must be >= 1, got {value}")
+    if settings.explore_steps > settings.steps:
+        raise ConfigError(f"--explore-steps {settings.explore_steps} exceeds --steps {settings.steps}: the explore "
+                          "stage is the short one; lower --explore-steps or raise --steps")
     from solbench.report.fidelity import MIN_PAIRS
 
     if settings.seeds < MIN_PAIRS:  # the report ranks no group of fewer seeds
@@ -202,7 +153,22 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
         "quant": {"recipe": recipe, "backend": backend},
         "rewards": rewards,
         "device": settings.device,
+        # the thread count changes the numbers on CPU (solbench.threads): the run's, fixed like any setting
+        "numerics": {"threads": settings.threads or (run.numerics.threads if run else NumericsConfig().threads)},
     }
+
+
+def check_recipe(recipe: str | None, flag: str = "--recipe") -> None:
+    """ConfigError naming ``flag`` for an unknown explore recipe (None, the default, and NO_QUANT are known), so
+    that a command checks every recipe it is given before any work."""
+    if recipe is None or recipe == NO_QUANT:
+        return
+    from solbench.quant import UnknownRecipeError, get_recipe
+
+    try:
+        get_recipe(recipe)
+    except UnknownRecipeError as err:
+        raise ConfigError(f"{flag} {recipe}: {err}") from None
 
 
 def run_id_of(spec: dict) -> str:
@@ -249,11 +215,33 @@ def build_engine(spec: dict, checkpoint: Checkpoint | None = None):
                   explore_recipe=recipe)
 
 
+def model_identity(model: dict, transformer) -> dict:
+    """What names the weights a run measured: the sha256 of the tiny model's weights file (the shipped one, or the
+    one in ``model.path``), its width (attention heads x head dim) and parameter count. Real models (Hugging Face
+    ids, gigabytes) are not hashed: their ``path`` names them."""
+    config = getattr(transformer, "config", None)
+    heads, head_dim = getattr(config, "num_attention_heads", None), getattr(config, "attention_head_dim", None)
+    out = {"width": int(heads) * int(head_dim) if heads and head_dim else None,
+           "parameters": int(sum(p.numel() for name, p in transformer.named_parameters() if "lora_" not in name)),
+           "weights": None, "sha256": None}
+    if model.get("name") == "tiny":
+        from solbench.models.tiny import ASSET_NAME, asset_path
+
+        weights = (Path(model["path"]).expanduser() / f"{ASSET_NAME}.safetensors" if model.get("path")
+                   else asset_path(f"{ASSET_NAME}.safetensors"))
+        if weights.is_file():
+            out["weights"] = str(weights)
+            out["sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()
+    return out
+
+
 def record_mac_share(spec: dict, engine, store) -> dict:
     """The spec with ``quant.mac_share`` added, also written to the run's spec.json: the share of the
     transformer's Linear multiply-accumulates the explore copy runs in low precision (one forward at
     batch 1, ``solbench.quant.low_precision_mac_share``; 0 for recipe none), and ``quant.quantized_linears``
-    of ``quant.linears``. Measured from the built copy, so it is not part of what the run id hashes."""
+    of ``quant.linears``; and ``model_identity`` (``model_identity``: the weights' sha256, width and size),
+    which the report's header names the model by. Measured from the built copy and the weights file, so
+    neither is part of what the run id hashes."""
     from solbench.quant import low_precision_mac_share
     from solbench.world.prompts import load_prompt_set
 
@@ -267,7 +255,7 @@ def record_mac_share(spec: dict, engine, store) -> dict:
         t = torch.full((1,), 0.5, device=engine.device)
         share = low_precision_mac_share(explore, lambda: adapter.velocity(explore, x, t, adapter.encode([prompt])))
         quant.update(mac_share=round(share.share, 6), quantized_linears=share.quantized_layers, linears=share.layers)
-    spec = {**spec, "quant": quant}
+    spec = {**spec, "quant": quant, "model_identity": model_identity(spec["model"], engine.adapter.transformer)}
     store.write_json("spec.json", spec)
     return spec
 
@@ -304,6 +292,8 @@ def run(settings: FidelitySettings, results_root: str | Path = "results", *, for
     from solbench.results import RunStore, capture_env
 
     checkpoint = load_checkpoint(settings.checkpoint) if settings.checkpoint else None
+    for note in checkpoint.notes if checkpoint is not None else ():
+        echo(note)
     spec = resolve(settings, checkpoint)
     rid = run_id_of(spec)
     store = RunStore(Path(results_root) / spec["experiment"] / rid, rid)
@@ -315,9 +305,9 @@ def run(settings: FidelitySettings, results_root: str | Path = "results", *, for
     started = time.time()
     store.write_status("running", attempt=1, started_at=_now())
     try:
-        # threads as for a training run (solbench.threads): beside busy cores two threads would
-        # make every parallel region wait for the core another program holds
-        with cpu_allocation(device="cuda" if torch.cuda.is_available() else "cpu") as cpus:
+        # threads as for a training run: its numerics.threads, on claimed cores where free (solbench.threads)
+        with cpu_allocation(spec.get("numerics", {}).get("threads", 1),
+                            device="cuda" if torch.cuda.is_available() else "cpu") as cpus:
             store.write_json("env.json", capture_env(cpus=cpus))
             engine = build_engine(spec, checkpoint)
             spec = record_mac_share(spec, engine, store)
@@ -360,63 +350,77 @@ def _now() -> str:
 
 def run_spec_block(spec, results_root: str | Path = "results", *, force: bool = False, echo=print) -> list[str]:
     """Run the fidelity runs of ``spec.fidelity`` (solbench.spec.FidelityBlock) after training; returns their
-    run ids. One run per recipe of the block (default: the checkpoint run's recipe), written to
+    run ids. One run per checkpoint and recipe of the block (default: the checkpoint run's recipe), written to
     ``results/<spec name>/<fidelity run id>/`` beside the training runs, so the experiment's report shows
-    them. The checkpoint is the final one of the lowest-seed done run of ``block.checkpoint`` (a method of
-    the spec), or the base model (``base``); a list of them measures each. Nothing runs for a checkpoint
-    whose run is not done."""
+    them. The checkpoints (solbench.fidelity_plan): ``base``, a method's main run (its final checkpoint), or a
+    mapping naming an arm, run seeds and kept steps. Nothing runs for a checkpoint whose run is not done. Where
+    several runs are to be made on CPU, they run side by side, one per core (each claims its cores as a training
+    run does, solbench.threads), as many at once as ``solbench run`` runs training runs."""
     block = spec.fidelity
     if block is None:
         return []
-    ids = []
-    for which in ([block.checkpoint] if isinstance(block.checkpoint, str) else list(block.checkpoint)):
-        ids += _run_checkpoint(spec, block, which, results_root, force=force, echo=echo)
-    return ids
+    todo = _block_settings(spec, block, results_root, echo)
+    workers = _block_workers(len(todo))
+    if workers < 2:
+        return [run(settings, results_root, force=force, echo=echo)[1].name for settings in todo]
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_run_in_worker, settings, str(results_root), force) for settings in todo]
+        return [future.result() for future in futures]
 
 
-def _run_checkpoint(spec, block, which: str, results_root, *, force: bool, echo) -> list[str]:
-    """The fidelity runs of one checkpoint of the block (a method's main run, or ``base``)."""
+def _run_in_worker(settings: FidelitySettings, results_root: str, force: bool) -> str:
+    return run(settings, results_root, force=force)[1].name
+
+
+def _block_workers(n: int) -> int:
+    """Fidelity runs at once: one per core this process may use (``--workers`` / SOLBENCH_WORKERS where set), 1 on
+    CUDA (GPU runs take turns) or for a single run."""
+    import os
+
+    from solbench.launch.local import WORKERS_ENV
+    from solbench.threads import available_cores
+
+    if n < 2 or torch.cuda.is_available():
+        return 1
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    workers = int(raw) if raw.isdigit() else len(available_cores())
+    return max(1, min(workers, n))
+
+
+def _block_settings(spec, block, results_root, echo) -> list[FidelitySettings]:
+    """The FidelitySettings of every run the block makes now (solbench.fidelity_plan.plan), each once."""
+    from solbench.fidelity_plan import plan
     from solbench.results import RunStore
 
-    first = spec.runs[0].config
-    checkpoint = None
-    cfg = first
-    if which != "base":
-        from solbench.report.tables import same_method
-
-        mine = [r for r in spec.runs if same_method(r.config.method, which)]
-        # the main arm, not an ablation or long-horizon arm: method settings and iterations at their most
-        # common values, then the lowest seed
-        from collections import Counter
-
-        settings = [{**{k: json.dumps(v, sort_keys=True, default=str) for k, v in r.config.method_config.items()},
-                     "iterations": str(r.config.iterations)} for r in mine]
-        modes = {k: Counter(s[k] for s in settings if k in s).most_common(1)[0][0] for s in settings for k in s}
-        at_mode = {r.run_id: sum(s.get(k) == v for k, v in modes.items()) for r, s in zip(mine, settings)}
-        mine.sort(key=lambda r: (-at_mode[r.run_id], r.config.seed, r.run_id))
-        if not mine:
-            raise ConfigError(f"{spec.path}: fidelity.checkpoint {which!r} is no method of the spec "
-                              f"(methods: {', '.join(sorted({r.config.method for r in spec.runs}))}; or 'base')")
-        done = [r for r in mine if RunStore(spec.run_dir(results_root, r.run_id), r.run_id).read_status().get("state") == "done"]
-        if not done:
-            echo(f"fidelity: no done run of {which} yet; the all-seeds fidelity is not measured")
-            return []
-        cfg = done[0].config
-        checkpoint = str(spec.run_dir(results_root, done[0].run_id))
-    recipes = list(block.recipes) or [None]
-    ids = []
-    for recipe in recipes:
-        settings = FidelitySettings(
-            name=spec.name, model=cfg.model.name, model_path=None if checkpoint else cfg.model.path,
-            resolution=None if checkpoint else cfg.model.resolution, checkpoint=checkpoint, role=block.role,
-            prompts=block.prompts or (None if checkpoint else cfg.eval.prompts), n_prompts=block.n_prompts,
-            seeds=block.seeds, steps=block.steps, explore_steps=block.explore_steps, recipe=recipe,
-            backend=None if checkpoint else cfg.quant.backend,
-            rewards=list(block.rewards) or ([] if checkpoint else list(cfg.rewards)), device=cfg.device,
-            batch_seeds=block.batch_seeds)
-        _, run_dir = run(settings, results_root, force=force, echo=echo)
-        ids.append(run_dir.name)
-    return ids
+    out, seen = [], set()
+    for planned in plan(spec.runs, block):
+        cfg, checkpoint = spec.runs[0].config, None
+        if planned.run is not None:
+            store = RunStore(spec.run_dir(results_root, planned.run.run_id), planned.run.run_id)
+            if store.read_status().get("state") != "done":
+                echo(f"fidelity: run {planned.run.run_id} ({planned.run.config.method}, seed {planned.run.config.seed}) "
+                     "is not done; its checkpoint's all-seeds fidelity is not measured")
+                continue
+            cfg = planned.run.config
+            checkpoint = str(store.run_dir if planned.step is None else
+                             dict(store.checkpoint_files()).get(planned.step, store.checkpoint_dir / f"step_{planned.step:08d}.pt"))
+        for recipe in planned.recipes or list(block.recipes) or [None]:
+            key = (checkpoint, recipe)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(FidelitySettings(
+                name=spec.name, model=cfg.model.name, model_path=None if checkpoint else cfg.model.path,
+                resolution=None if checkpoint else cfg.model.resolution, checkpoint=checkpoint, role=block.role,
+                prompts=block.prompts or (None if checkpoint else cfg.eval.prompts), n_prompts=block.n_prompts,
+                seeds=block.seeds, steps=block.steps, explore_steps=block.explore_steps, recipe=recipe,
+                backend=None if checkpoint else cfg.quant.backend,
+                rewards=list(block.rewards) or ([] if checkpoint else list(cfg.rewards)), device=cfg.device,
+                batch_seeds=block.batch_seeds, threads=cfg.numerics.threads))
+    return out
 
 
 def fidelity_run_ids(experiment_dir: str | Path) -> list[str]:

@@ -1,28 +1,22 @@
-"""A run's numerics setting: what, besides its config, changes the numbers it computes. Fixed by the
-run's first attempt, recorded in its env.json and applied again by every later attempt.
+"""A run's numerics: what, besides its config, changes the numbers it computes, and the record of it.
 
-On CPU the numbers depend on the torch thread count: a GEMM or a reduction split over 2 threads adds
-in another order than over 1 (on an AMD EPYC (Zen 4), a tiny-model Sol-RL run of 4 iterations on 2
-threads instead of 1: a training reward 0.027 apart, eval rewards 5e-4, 6 candidates selected
-otherwise). They also
-depend on the kernels torch picks (the CPU model, torch's CPU capability level and the environment
-variables that cap it), on GPU on the device model, and everywhere on the torch version. How a run is
-scheduled must not change any of it, yet it would: a local run with others beside it runs in a worker
-on its one core, alone it runs in-process on every core, and a requeued Slurm job may land on another
-node.
+The thread count is part of the config (``numerics.threads``, solbench.config; solbench.threads applies
+it), so how a run is scheduled (in a worker process or in-process, with --workers 1 or 2, on a quiet or
+a busy machine, resumed or not) does not change it. What the config cannot fix is the machine: the
+kernels torch picks depend on the CPU model, torch's CPU capability level and the environment variables
+that cap it, on GPU on the device model, and everywhere on the torch version. A run's first attempt
+records that setting (``setting_of``) and every later attempt compares itself with it:
 
-So env.json holds, besides the latest attempt's environment at its top level:
+- env.json holds, besides the latest attempt's environment at its top level, ``numerics`` (the first
+  attempt's setting) and ``attempts`` (every attempt's environment, each with the ``numerics`` it ran
+  with and, where it differs from the record or could not have the config's thread count,
+  ``numerics_differ``: "threads 2 -> 1 (only 1 core(s) here)", "cpu_capability AVX512 -> AVX2");
+- status.json carries the first attempt's setting too (solbench.results.RunStore.write_status keeps it
+  across attempts), so losing one of the two files cannot rewrite it; a resume from a checkpoint that
+  finds neither says in one line that it cannot show its numbers match (``unproven_warning``).
 
-- ``numerics``: the setting of the run's first attempt (``setting_of``);
-- ``attempts``: every attempt's environment, each with the ``numerics`` it ran with and, where it
-  could not reproduce the recorded setting, ``numerics_differ`` ("threads 2 -> 1 (...)").
-
-Every later attempt (a resume, or a restart of a run that died before its first checkpoint) runs on
-the recorded thread count (``solbench.threads.cpu_allocation(recorded=...)``), in a worker process or
-not; the launcher runs fewer runs at once where a worker's share of the cores is too small for it
-(``solbench.launch.fit_recorded_threads``). Only an explicit SOLBENCH_THREADS that asks for another
-count, or fewer cores than the recorded threads, change it: the attempt then says so in one line
-(``resume_warning``) and records it. ``--force`` starts a run afresh, setting included.
+An attempt whose numerics differ says so in one line (``resume_warning``). ``--force`` starts a run
+afresh, record included.
 """
 
 from __future__ import annotations
@@ -50,34 +44,49 @@ def setting_of(env: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def recorded_setting(env: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The setting a run's env.json recorded; an env.json of older solbench (one attempt, no
-    ``numerics``) gives the thread count of that attempt only."""
-    if not isinstance(env, dict):
-        return None
-    if isinstance(env.get("numerics"), dict):
-        return env["numerics"]
-    threads = (env.get("cpu_allocation") or {}).get("threads") or env.get("torch_threads")
-    return {"threads": int(threads)} if threads else None
+def recorded_setting(env: dict[str, Any] | None, status: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The setting a run's first attempt recorded: env.json's, else the copy status.json carries. An
+    env.json of older solbench (one attempt, no ``numerics``) gives the thread count of that attempt only."""
+    if isinstance(env, dict):
+        if isinstance(env.get("numerics"), dict):
+            return env["numerics"]
+        threads = (env.get("cpu_allocation") or {}).get("threads") or env.get("torch_threads")
+        if threads:
+            return {"threads": int(threads)}
+    if isinstance(status, dict) and isinstance(status.get("numerics"), dict):
+        return status["numerics"]
+    return None
 
 
-def threads_of(setting: dict[str, Any] | None) -> int | None:
-    threads = (setting or {}).get("threads")
-    return int(threads) if threads else None
+def differences(recorded: dict[str, Any] | None, now: dict[str, Any], *, wanted_threads: int | None = None,
+                why_threads: str = "") -> list[str]:
+    """One entry per setting this attempt does not have, e.g. "threads 2 -> 1 (only 1 core(s) here)".
 
-
-def differences(recorded: dict[str, Any], now: dict[str, Any], *, why_threads: str = "") -> list[str]:
-    """One entry per recorded field that ``now`` does not reproduce, e.g. "threads 2 -> 1 (...)"."""
+    ``wanted_threads``: the config's count where it could not be had (solbench.threads.CpuAllocation);
+    the threads of ``recorded`` are otherwise not compared (the config sets them, and a record of older
+    solbench may hold a count its scheduling picked). Every other recorded field is.
+    """
     out = []
-    for key, was in recorded.items():
-        if key in now and now[key] != was:
-            out.append(f"{key} {was} -> {now[key]}" + (f" ({why_threads})" if key == "threads" and why_threads else ""))
+    if wanted_threads is not None and now.get("threads") != wanted_threads:
+        out.append(f"threads {wanted_threads} -> {now.get('threads')}" + (f" ({why_threads})" if why_threads else ""))
+    for key, was in (recorded or {}).items():
+        if key != "threads" and key in now and now[key] != was:
+            out.append(f"{key} {was} -> {now[key]}")
     return out
 
 
-def resume_warning(run_id: str, differ: list[str]) -> str:
+def resume_warning(run_id: str, differ: list[str], *, first: bool = False) -> str:
+    if first:
+        return (f"run {run_id} cannot have the numerics its config sets: {'; '.join(differ)}; its numbers may differ "
+                "from the same spec's elsewhere (recorded in its env.json)")
     return (f"run {run_id} resumes with other numerics than the attempt that started it: {'; '.join(differ)}; "
             "its rows from here on may differ from an uninterrupted run's (recorded in its env.json)")
+
+
+def unproven_warning(run_id: str) -> str:
+    return (f"run {run_id} resumes from a checkpoint, but the numerics its first attempt ran with are lost (neither "
+            "env.json nor status.json records them): its rows from here on cannot be shown to match an uninterrupted "
+            "run's (recorded in its env.json)")
 
 
 def with_attempt(previous: dict[str, Any] | None, env: dict[str, Any], *, attempt: int,

@@ -17,12 +17,21 @@ every update (the engine times it as phase "sync"). The factory and the sync get
 a module: with LoRA, the shared transformer with that role's adapter active (quantized_copy and
 sync_weights merge the active adapter on the fly), so no full-precision merged copy is ever held.
 
-Full-precision rollouts go through the LoRA role too, never through a merged plain copy, for every
-method (issue 17 asked to use one for the NFT family). Measured with benchmarks/lora_rollout.py on
-the tiny model (1 thread, Intel Xeon): a merged copy samples 1.07x faster at batch 16 and 1.03x at
-batch 66, the same images to 1e-4; about 2% of a Sol-RL or DiffusionNFT iteration, since the
-adapter switches that made the gap larger before are gone (active_adapter). On FLUX the copy would
-be a third bf16 transformer, 24 GB per rank. Not worth holding; rerun the benchmark if that changes.
+Full-precision rollouts (issue 40): with ``rollout_copy`` the rollout role also gets a merged copy,
+as the reference samples its full-precision rollouts from an inference copy with the old policy's
+LoRA merged (NVlabs/Sana train_scripts/sol_rl/train_flux1.py at 6926be6, ``sync_lora_to_inference``
+at lines 834 and 1292). It is a plain transformer whose adapted layers hold W + scale * B @ A in the
+base dtype and whose other parameters are the policy's own frozen tensors (so on FLUX it holds the
+190 adapted 3072 x 3072 projections, 3.6 GB in bf16, not a third transformer); ``rollout_module``
+gives it for the source role, and ``sync_explore_copy`` refreshes it after every update, one layer at
+a time (phase "sync"). Without it (``model.rollout_copy: lora``, the CPU default: the embedded
+world's results were made so, and there a merged copy samples only 1.03-1.07x faster,
+benchmarks/lora_rollout.py) rollouts run through the LoRA role. Which one a run takes is decided by
+solbench.rollout_copy (auto: by the doctor's memory model) and written to rollout.json.
+
+``compile_mode`` compiles the repeated blocks of every sampling network (solbench.compile): the shared
+transformer (every LoRA role), the rollout copy and the explore copy unless it is emulated (its fake
+quantizer checks for NaN on the host, which a compiled graph would break at on every layer).
 """
 
 from __future__ import annotations
@@ -123,12 +132,15 @@ class PolicyNets(Mapping):
         explore_source: the role the explore copy mirrors (a method's ``rollout_net``).
         explore_factory: module -> its low-precision copy (e.g. solbench.quant.quantized_copy).
         explore_sync: (explore copy, module with the new weights) -> None, refreshing the copy.
+        rollout_copy: keep a merged copy of ``explore_source`` for its deterministic rollouts (LoRA only).
+        compile_mode: torch.compile mode of the sampling networks' blocks (solbench.compile); None: eager.
     """
 
     def __init__(self, transformer: nn.Module, finetune: FinetuneConfig, roles: Iterable[str] = (), *,
                  explore_source: str = "policy",
                  explore_factory: Callable[[nn.Module], nn.Module] | None = None,
-                 explore_sync: Callable[[nn.Module, nn.Module], None] | None = None) -> None:
+                 explore_sync: Callable[[nn.Module, nn.Module], None] | None = None,
+                 rollout_copy: bool = False, compile_mode: str | None = None) -> None:
         roles = set(roles) | {"policy", "ema"}
         unknown = roles - set(ROLES)
         if unknown:
@@ -159,6 +171,12 @@ class PolicyNets(Mapping):
             # when built with gradients enabled (FLUX: 13.1 GB instead of 6.6), and no copy is trained.
             with torch.no_grad(), self._explore_source_view() as source:
                 self._nets["explore"] = explore_factory(source).requires_grad_(False)
+        self.rollout_copy: nn.Module | None = None
+        if rollout_copy and self.mode == "lora":
+            if explore_source not in self._nets:
+                raise ConfigError(f"rollout copy source role {explore_source!r} is not built (roles: {sorted(self._nets)})")
+            self.rollout_copy = self._merged_module(share_frozen=True)
+        self.compiled_blocks = self._compile(compile_mode)
 
     # -- construction ----------------------------------------------------------------------------
     def _build_lora(self, transformer: nn.Module, finetune: FinetuneConfig) -> None:
@@ -278,24 +296,69 @@ class PolicyNets(Mapping):
         with active_adapter(self.policy, LORA_ADAPTERS.get(self.explore_source)):
             yield self.policy
 
-    def _merged_module(self) -> nn.Module:
-        """A new plain transformer holding the explore source's merged weights: a full copy, made on
-        demand for inspection and tests (the run itself never holds one)."""
-        with self._explore_source_view() as source:
+    def _merged_module(self, share_frozen: bool = False) -> nn.Module:
+        """A new plain transformer holding the explore source's merged weights. ``share_frozen``: its
+        unadapted parameters are the policy's own (frozen) tensors, so only the adapted layers are new
+        (the rollout copy); otherwise a full copy (inspection and tests)."""
+        with torch.no_grad(), self._explore_source_view() as source:
             if self.mode == "full":
                 return copy.deepcopy(source).requires_grad_(False)
             from solbench.quant.model import _strip_adapters
 
-            merged = copy.deepcopy(source)
+            adapted = {id(p) for m in _tuner_layers(source) for p in m.parameters()}
+            memo = {id(p): p for p in source.parameters() if share_frozen and id(p) not in adapted}
+            merged = copy.deepcopy(source, memo)
             _strip_adapters(source, merged)
-            return merged.requires_grad_(False)
+            return merged.requires_grad_(False).eval()
+
+    def rollout_module(self, role: str) -> nn.Module:
+        """The module deterministic rollouts of ``role`` sample through: the merged rollout copy for its
+        source role when the run keeps one, else the role itself. (Stochastic rollouts keep the role:
+        their per-step log-probs must equal the loss's recomputation through it, bit for bit on CPU.)"""
+        if self.rollout_copy is not None and role == self.explore_source:
+            return self.rollout_copy
+        return self[role]
+
+    @property
+    def rollout_path(self) -> str:
+        """What full-precision rollouts of the source role sample through: merged | lora | full."""
+        return "full" if self.mode == "full" else ("merged" if self.rollout_copy is not None else "lora")
+
+    def _compile(self, mode: str | None) -> int:
+        """Compile the blocks of every sampling network (one module each, shared LoRA transformer once)."""
+        if mode is None:
+            return 0
+        from solbench.compile import compile_blocks
+        from solbench.quant.layers import QuantLinear
+
+        modules = {id(self.policy): self.policy}
+        for role, net in self._nets.items():
+            net = object.__getattribute__(net, "_shared") if isinstance(net, AdapterView) else net
+            if role == "explore" and any(isinstance(m, QuantLinear) for m in net.modules()):
+                continue  # emulated: host-side NaN checks per layer (see the module docstring)
+            modules.setdefault(id(net), net)
+        if self.rollout_copy is not None:
+            modules[id(self.rollout_copy)] = self.rollout_copy
+        return sum(compile_blocks(m, mode) for m in modules.values())
 
     def sync_explore_copy(self) -> None:
-        """Merge the source role's current weights and refresh the explore copy from them."""
-        if "explore" not in self._nets:
-            return
-        with torch.no_grad(), self._explore_source_view() as source:
-            self._explore_sync(self._nets["explore"], source)
+        """Merge the source role's current weights and refresh the inference copies from them: the
+        explore copy (explore_sync) and the merged rollout copy (adapted layers only, one at a time)."""
+        if "explore" in self._nets:
+            with torch.no_grad(), self._explore_source_view() as source:
+                self._explore_sync(self._nets["explore"], source)
+        if self.rollout_copy is not None:
+            self._refresh_rollout_copy()
+
+    @torch.no_grad()
+    def _refresh_rollout_copy(self) -> None:
+        from solbench.quant.model import _merged_adapter_weight
+
+        names = {m: n for n, m in self.policy.named_modules()}
+        with self._explore_source_view() as source:
+            for layer in _tuner_layers(source):
+                name = names[layer]
+                self.rollout_copy.get_submodule(name).weight.copy_(_merged_adapter_weight(name, layer))
 
     # -- checkpointing ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -33,6 +33,8 @@ class ProgressWriter:
         self.min_interval_s = min_interval_s
         self._last_write = 0.0
         self._last_step: int | None = None
+        self._info_step: int | None = None
+        self._step_info: dict = {}
         self._listeners: list[Callable[[str, int, str, dict], None]] = []
 
     def add_listener(self, listener: Callable[[str, int, str, dict], None]) -> None:
@@ -40,11 +42,15 @@ class ProgressWriter:
 
     def __call__(self, run_id: str, step: int, phase: str, info: dict | None = None) -> None:
         info = dict(info or {})
+        # a step's record keeps what earlier calls of the same step said: its training reward stays in it
+        # when its evaluation is reported (the board would otherwise show the previous step's reward)
+        self._step_info = {**self._step_info, **info} if step == self._info_step else dict(info)
+        self._info_step = step
         now = time.monotonic()
         if step != self._last_step or now - self._last_write >= self.min_interval_s:
             self._last_step, self._last_write = step, now
             record = {"run_id": run_id, "step": int(step), "iterations": self.iterations, "phase": phase,
-                      "info": {k: _plain(v) for k, v in info.items()}, "time": time.time()}
+                      "info": {k: _plain(v) for k, v in self._step_info.items()}, "time": time.time()}
             atomic_write_bytes(self.path, json.dumps(record).encode(), fsync=False)
         for listener in self._listeners:
             listener(run_id, step, phase, info)

@@ -1,28 +1,24 @@
-"""CPU threads that follow the allocation: a run uses the cores it was given, and no more.
+"""CPU threads of a run: the count its config sets, on cores of its own where they are free.
 
-torch's intra-op pool defaults to every core of the machine. That is wrong in the two places
-solbench runs on CPU: a Slurm task owns only ``--cpus-per-task`` cores (more threads than cores
-make every OpenMP region wait out a scheduler time slice, issue 17 measured 30-75x slowdowns of
-the emulated quantizer), and two local `solbench run` started side by side would each take all
-cores. So each run decides its thread count once, before it starts:
+A run's intra-op thread count changes its numbers on CPU (a GEMM or a reduction split over 2 threads
+adds in another order than over 1), so it is a setting of the run, ``numerics.threads`` (solbench.config,
+part of the run id; default 1), and nothing about the machine changes it: not its core count, not how
+busy it is, not ``--workers`` nor how many runs are left. What the machine decides is only where a run's
+threads go:
 
-1. an explicit setting (``SOLBENCH_THREADS``, or ``threads=`` from the caller) wins;
-2. else, for a run resumed from a checkpoint, the count its first attempt recorded (``recorded=``,
-   solbench.numerics: the thread count changes a run's numbers), capped at the cores it may run on;
-3. else Slurm's ``SLURM_CPUS_PER_TASK``;
-4. else the cores this process may run on (``os.sched_getaffinity``), shared fairly with the other
-   solbench runs on this machine: each run claims cores through one lock file per core
-   (``fcntl`` locks, released by the kernel when a process dies, so a killed run frees its cores),
-   pins itself to the cores it claimed and uses that many threads. A run that finds every core
-   claimed takes one thread: the runs already going keep their cores, so the machine is
-   oversubscribed by one thread, not by a whole second pool. Cores that other programs keep busy
-   (read from /proc/stat over a quarter second) are left to them: a run on 2 cores beside one busy
-   process takes 1 thread. Measured on 2 cores beside other jobs: a tiny-model Sol-RL iteration took
-   about 60 s with 2 threads and 5 s with 1, because every OpenMP region of 2 threads waits for the
-   core the other job holds.
+- each run claims as many free cores as it has threads, through one lock file per core (``fcntl``
+  locks, released by the kernel when a process dies, so a killed run frees its cores), and pins itself
+  to them; a local worker process (solbench.launch.local) claims within its share of the cores;
+- where fewer are free (other solbench runs hold them) it runs unpinned on the same thread count: the
+  same numbers, more slowly, and its timings carry the load the others put on its cores (solbench.timing);
+- where the run may use fewer cores than its threads (a small machine, a Slurm task with fewer
+  ``--cpus-per-task``) the setting cannot be had without oversubscribing the cores (every OpenMP region
+  then waits out a scheduler time slice: issue 17 measured 30-75x slowdowns): it runs one thread per core
+  (source "fewer cores") and its launcher says so in one line and records it (solbench.numerics).
 
-The count used is recorded in each run's env.json (``torch_threads``, ``cpu_allocation``), so its
-timings say what they ran on.
+The allocation is recorded in each run's env.json (``torch_threads``, ``cpu_allocation``), so its timings
+say what they ran on. ``SOLBENCH_THREADS``, which once set the count from outside the spec, is refused
+with a message that says where the setting lives now.
 """
 
 from __future__ import annotations
@@ -32,13 +28,13 @@ import fcntl
 import logging
 import os
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 log = logging.getLogger(__name__)
 
+#: No longer read: a run's thread count is its config's ``numerics.threads``. Set, it is an error (``check_env``).
 ENV_THREADS = "SOLBENCH_THREADS"
 #: Set by the launcher inside a local worker process: which worker it is and its cores.
 LOCAL_WORKER_ENV = "SOLBENCH_LOCAL_WORKER"
@@ -51,16 +47,33 @@ class CpuAllocation:
     """What one run uses: ``threads`` torch threads, pinned to ``cores`` when it claimed them."""
 
     threads: int
-    source: str  # "explicit" | "recorded" | "recorded, fewer cores" | "slurm" | "claimed" | "all cores taken"
+    source: str  # "config" | "fewer cores" | "device"
     cores: list[int] = field(default_factory=list)
     # the local worker process this run executes in (solbench.launch), None outside one
     local_worker: str | None = field(default_factory=lambda: os.environ.get(LOCAL_WORKER_ENV) or None)
+    wanted: int | None = None  # the config's count where it could not be had (source "fewer cores")
 
     def as_dict(self) -> dict:
         out = asdict(self)
-        if out["local_worker"] is None:
-            del out["local_worker"]
+        for key in ("local_worker", "wanted"):
+            if out[key] is None:
+                del out[key]
         return out
+
+    def shortfall(self) -> str:
+        """Why the config's thread count was not had ("" where it was), for numerics.differences."""
+        if self.wanted is None:
+            return ""
+        return f"only {self.threads} core(s) here" + (" (Slurm --cpus-per-task)" if _slurm_cpus() else "")
+
+
+def check_env() -> None:
+    """Raise ValueError for SOLBENCH_THREADS: a count from outside the spec would change a run's numbers
+    without its run id saying so."""
+    raw = os.environ.get(ENV_THREADS)
+    if raw is not None:
+        raise ValueError(f"{ENV_THREADS}={raw!r} is not read any more: a run's thread count is its spec's "
+                         "numerics.threads (default 1, part of the run id); unset it and set that instead")
 
 
 def available_cores() -> list[int]:
@@ -71,25 +84,16 @@ def available_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def requested_threads(explicit: int | None = None) -> tuple[int | None, str]:
-    """(threads, source) from an explicit setting or Slurm; (None, "") when neither says."""
-    if explicit is not None:
-        if explicit < 1:
-            raise ValueError(f"threads must be >= 1, got {explicit}")
-        return explicit, "explicit"
-    raw = os.environ.get(ENV_THREADS)
-    if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError(f"{ENV_THREADS}={raw!r} is not a whole number of threads") from None
-        if value < 1:
-            raise ValueError(f"{ENV_THREADS}={raw!r}: need at least 1 thread")
-        return value, "explicit"
-    slurm = os.environ.get("SLURM_CPUS_PER_TASK")
-    if slurm and slurm.isdigit() and int(slurm) > 0:
-        return int(slurm), "slurm"
-    return None, ""
+def _slurm_cpus() -> int | None:
+    raw = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def usable_cores() -> int:
+    """How many cores a run here may keep busy: its affinity mask, and no more than Slurm's --cpus-per-task."""
+    count = len(available_cores())
+    slurm = _slurm_cpus()
+    return max(1, min(count, slurm) if slurm else count)
 
 
 def _lock_dir() -> Path:
@@ -122,50 +126,37 @@ def claim_cores(cores: list[int], limit: int | None = None) -> Iterator[list[tup
 
 
 @contextlib.contextmanager
-def cpu_allocation(threads: int | None = None, *, device: str = "cpu",
-                   recorded: int | None = None) -> Iterator[CpuAllocation]:
-    """Set torch's thread count (and, for claimed cores, the affinity) for one run; restore both after.
+def cpu_allocation(threads: int, *, device: str = "cpu") -> Iterator[CpuAllocation]:
+    """Set torch's thread count to ``threads`` (a run's ``numerics.threads``) for one run, pinned to
+    that many claimed cores where they are free; restore both after.
 
-    ``recorded``: the thread count the run's first attempt used (a resume), taken unless an explicit
-    setting asks for another; with fewer cores than that here, one thread per core (source "recorded,
-    fewer cores": the resume cannot reproduce the run's numbers, and its launcher says so). It claims
-    and pins to as many free cores as it uses threads where they are free.
-
-    On CUDA the count still matters (data preparation, rewards on CPU) but cores are not claimed:
-    one GPU run per Slurm task is the rule there.
+    Fewer usable cores than ``threads``: one thread per core (source "fewer cores", ``wanted`` the
+    setting), which the caller reports. On CUDA no cores are claimed (one GPU run per Slurm task is the
+    rule there) and the count only sizes the CPU-side work.
     """
     import torch
 
+    if int(threads) < 1:
+        raise ValueError(f"numerics.threads must be >= 1, got {threads}")
     before_threads = torch.get_num_threads()
     before_affinity = available_cores()
-    count, source = requested_threads(threads)
-    if recorded is not None and source != "explicit":
-        count, source = ((recorded, "recorded") if recorded <= len(before_affinity)
-                         else (len(before_affinity), "recorded, fewer cores"))
+    usable = usable_cores()
+    count, wanted = (int(threads), None) if int(threads) <= usable else (usable, int(threads))
+    source = "config" if wanted is None else "fewer cores"
     try:
-        if source.startswith("recorded") and device == "cpu":
-            with claim_cores(before_affinity, limit=count) as held:
-                cores = [core for core, _ in held] if len(held) == count else []
-                if cores:
-                    _set_affinity(cores)
-                alloc = CpuAllocation(count, source, cores)
-                torch.set_num_threads(alloc.threads)
-                yield alloc
-            return
-        if count is not None or device != "cpu":
-            alloc = CpuAllocation(count or max(1, len(before_affinity)), source or "device")
+        if device != "cpu":
+            alloc = CpuAllocation(count, "device" if wanted is None else source, wanted=wanted)
             torch.set_num_threads(alloc.threads)
             yield alloc
             return
-        with claim_cores(before_affinity) as held:
-            if held:
-                cores = [core for core, _ in held]
-                free = max(1, len(cores) - round(busy_cores(cores)))
-                alloc = CpuAllocation(free, "claimed" if free == len(cores) else "claimed, others busy", cores)
+        with claim_cores(before_affinity, limit=count) as held:
+            cores = [core for core, _ in held] if len(held) == count else []
+            if cores:
                 _set_affinity(cores)
             else:
-                alloc = CpuAllocation(1, "all cores taken")
-                log.warning("every core of this machine is claimed by other solbench runs; running on 1 thread")
+                log.info("fewer than %d of this process's cores are free of other solbench runs: running unpinned "
+                         "on %d thread(s) (the same numbers; its timings say how busy its cores were)", count, count)
+            alloc = CpuAllocation(count, source, cores, wanted=wanted)
             torch.set_num_threads(alloc.threads)
             yield alloc
     finally:
@@ -183,25 +174,6 @@ def cpu_times(cores) -> dict[int, tuple[int, int]]:
             idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
             out[int(name[3:])] = (sum(values[:8]), idle)
     return out
-
-
-def busy_cores(cores: list[int], seconds: float = 0.25) -> float:
-    """How many of ``cores`` other programs keep busy now (0 where /proc/stat is not readable).
-
-    Sampled while this run has not started computing, so the busy time is other processes'.
-    """
-    try:
-        first = cpu_times(cores)
-        time.sleep(seconds)
-        second = cpu_times(cores)
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    busy = 0.0
-    for core, (total, idle) in second.items():
-        if core in first:
-            d_total, d_idle = total - first[core][0], idle - first[core][1]
-            busy += (d_total - d_idle) / d_total if d_total > 0 else 0.0
-    return busy
 
 
 def _set_affinity(cores: list[int]) -> None:

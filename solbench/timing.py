@@ -8,7 +8,9 @@ process's cores other programs kept busy during the span, on average (their busy
 /proc/stat, minus this process's own CPU time, over the span's wall time; None where /proc/stat is not
 readable): the report flags timings measured under contention.
 
-Phase names used across solbench: explore, select, regenerate, rollout, reward, train, sync, eval.
+Phase names used across solbench: explore, select, regenerate, rollout, reward, train, sync, eval, and
+compile: the time compiled forwards spent compiling (solbench.compile.compile_seconds) is taken out of
+the phase it happened in and recorded after it as a "compile" row of its own.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from solbench.compile import compile_seconds
 from solbench.threads import cpu_times
 
-PHASES = ("explore", "select", "regenerate", "rollout", "reward", "train", "sync", "eval")
+PHASES = ("explore", "select", "regenerate", "rollout", "reward", "train", "sync", "eval", "compile")
 
 
 @dataclass
@@ -62,6 +65,7 @@ class PhaseTimer:
         self.step = 0
         self.records: list[PhaseRecord] = []
         self._open: list[PhaseRecord] = []
+        self._compile_claimed = compile_seconds()  # compilation already recorded (or before this timer)
         try:
             self._cores = sorted(os.sched_getaffinity(0))
         except (AttributeError, OSError):
@@ -76,6 +80,7 @@ class PhaseTimer:
         self._open.append(record)
         _sync_devices()
         busy, own = _busy_seconds(self._cores), time.process_time()
+        compiling = compile_seconds()
         start = time.perf_counter()
         try:
             yield record  # the block may fill in n_images/flops once it knows them
@@ -86,8 +91,17 @@ class PhaseTimer:
             if busy is not None and busy_end is not None and record.seconds > 0:
                 others = (busy_end - busy) - (time.process_time() - own)
                 record.load = max(0.0, others / record.seconds)
+            record.seconds -= compile_seconds() - compiling  # compilation is timed as phase "compile"
             self._open.pop()
             self.records.append(record)
+            self._record_compilation(precision)
+
+    def _record_compilation(self, precision: str) -> None:
+        """A "compile" row for compilation no phase has recorded yet (the innermost phase claims it)."""
+        spent = compile_seconds() - self._compile_claimed
+        if spent > 0:
+            self._compile_claimed += spent
+            self.records.append(PhaseRecord(self.step, "compile", precision, spent))
 
     def add_flops(self, flops: float) -> None:
         """Count ``flops`` toward the innermost open phase (with no phase open they count nowhere)."""

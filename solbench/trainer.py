@@ -14,14 +14,17 @@ networks by role (PolicyNets), the engine and the method, then runs ``cfg.iterat
         |w| > WEIGHT_LIMIT -> NonFiniteLossError, so the last checkpoint is a finite one), EMA step
         (every finetune.ema_every optimizer steps)
     method.after_update(nets, step)                              e.g. the old-policy EMA
-    engine.sync_explore_copy()                                   phase "sync" (methods with an explore copy)
+    engine.sync_explore_copy()                                   phase "sync" (an explore or merged rollout copy)
 
 A NonFiniteLossError names the step and the run; so does a quantizer NaN error from the explore
 copy (sampling or sync), re-raised as one.
 
 Evaluation runs at step 0 (the base model), every ``cfg.eval.every`` iterations and at the end: the
-EMA weights (or the policy) sample the fixed eval prompts x seeds (noise stream "eval") with an
-Euler ODE of ``eval_steps`` steps, identical for every method, scored by ``cfg.eval.rewards``.
+EMA weights (or the policy) sample the fixed eval prompts x seeds (noise stream "eval") with the
+run's evaluation protocol (``eval_sampler``: eval.sampler, an Euler ODE by default, of ``eval_steps`` steps at
+eval.guidance and eval.shift; ``eval_resolution``: eval.resolution px; each unset takes the training
+setting), scored by ``cfg.eval.rewards``. The real specs state one protocol per model, the same for
+every method (solbench.provenance checks it).
 
 Rows go to the run's tables (metrics, timings, candidates) after every iteration, TensorBoard
 scalars to run_dir/tb and a sample grid per evaluation to run_dir/samples.
@@ -62,14 +65,13 @@ from solbench.distributed import DistContext, init_distributed
 from solbench.engine import Engine
 from solbench.errors import ConfigError, NonFiniteLossError
 from solbench.method import Batch, Chunk, Iteration, Method, RunInfo, get_method, validate_method_config
-from solbench.sampling import SamplerSpec
 from solbench.timing import PhaseTimer
 from solbench.trainer_setup import (ExploreFns, FollowerStore, _lookahead, _seed_everything, _seeded_generator,
-                                    build_policy_nets, grid_prompt_indices, quant_explore_fns, resolve_device,
-                                    step_group)
+                                    build_policy_nets, eval_resolution, eval_sampler, grid_prompt_indices,
+                                    quant_explore_fns, resolve_device, step_group)
 
-__all__ = ["WEIGHT_LIMIT", "ExploreFns", "FollowerStore", "Trainer", "build_policy_nets", "grid_prompt_indices",
-           "quant_explore_fns", "resolve_device", "step_group", "train_run"]
+__all__ = ["WEIGHT_LIMIT", "ExploreFns", "FollowerStore", "Trainer", "build_policy_nets", "eval_resolution",
+           "eval_sampler", "grid_prompt_indices", "quant_explore_fns", "resolve_device", "step_group", "train_run"]
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +149,8 @@ class Trainer:
         if getattr(self.nets, "explore_backend", None) is not None:  # which backend quant.backend resolved to, and why
             log.info("%s", self.nets.explore_backend.describe())
             self.store.write_json("explore.json", self.nets.explore_backend.record())
+        if getattr(self.nets, "rollout_record", None) is not None:  # rollout path and compilation (issue 40)
+            self.store.write_json("rollout.json", self.nets.rollout_record)
         self.timer = PhaseTimer()
         # One instance per reward name, shared by the training sum and evaluation (one copy of each
         # reward model per rank), loaded now: missing weights stop the run at launch, not at step 0's eval.
@@ -163,7 +167,10 @@ class Trainer:
                              self.timer, cfg.seed, self.device,
                              explore_recipe=(cfg.quant.recipe if explore is None else "identity") if uses_explore else None,
                              micro_batch=self.micro_batch["rollout"], reward_micro_batch=self.micro_batch["reward"],
-                             dist=self.dist)
+                             dist=self.dist,
+                             # compiled blocks on CPU (model.compile on; a test mode): the row-padding hooks, new
+                             # each call, would recompile every call, and compiled kernels void the bit-identity
+                             pad_rows=False if getattr(self.nets, "compiled_blocks", 0) else None)
         self.params = self.nets.trainable("policy")
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.finetune.lr, betas=tuple(cfg.finetune.adam_betas),
                                            weight_decay=cfg.finetune.weight_decay)
@@ -231,7 +238,7 @@ class Trainer:
         with self.engine.phase("train", precision="full"):
             stats = self.optimize(batch, it)
         self.method.after_update(self.nets, step)
-        if "explore" in self.nets:
+        if "explore" in self.nets or getattr(self.nets, "rollout_copy", None) is not None:
             with self._name_nonfinite("syncing the explore copy"):
                 self.engine.sync_explore_copy()
         self.wall_s += time.perf_counter() - start
@@ -370,8 +377,9 @@ class Trainer:
         skills = [r.skill for r in self.eval_prompts for _ in range(seeds)]
         cand = [s for _ in self.eval_prompts for s in range(seeds)]
         net = "ema" if cfg.eval.use_ema else "policy"
-        sampler = SamplerSpec("euler", cfg.sampling.eval_steps, guidance=cfg.sampling.guidance, shift=cfg.sampling.shift)
-        rollout = self.engine.sample(ids, texts, cand, net=net, sampler=sampler, phase="eval", stream="eval")
+        with self.engine.adapter.at_resolution(eval_resolution(cfg)):  # the protocol's, whatever the run trains at
+            rollout = self.engine.sample(ids, texts, cand, net=net, sampler=eval_sampler(cfg), phase="eval",
+                                         stream="eval")
         metrics: dict[str, float] = {}
         samples: list[dict[str, Any]] = []  # one row per (reward, prompt, eval seed): the report's paired comparisons
         with self.engine.phase("eval", precision="full", n_images=len(ids)):

@@ -5,7 +5,8 @@ quantization recipe (``build_policy_nets``, ``quant_explore_fns``; the standalon
 experiment builds them the same way), the store as a rank other than 0 sees it (``FollowerStore``)
 and the global seeds. Scheduling: the per-step generators (``_seeded_generator``), the micro-batches
 sharing an optimizer step (``step_group``), the chunk look-ahead and the prompts a sample grid shows
-(``grid_prompt_indices``). solbench.trainer re-exports every name here.
+(``grid_prompt_indices``); the evaluation protocol's sampler and resolution (``eval_sampler``,
+``eval_resolution``). solbench.trainer re-exports every name here.
 """
 
 from __future__ import annotations
@@ -86,7 +87,15 @@ def quant_explore_fns(quant_cfg) -> ExploreFns:
             log.warning("quant backend %s unavailable here: emulating %s (%s)", quant_cfg.backend, recipe.name,
                         "; ".join(f"{b}: {why}" for b, why in choice.passed_over.items()))
         factory.choice = choice
-        return quant.quantized_copy(module, recipe.replace(backend=choice.backend))
+        if quant_cfg.fast_accum and choice.backend != "torch":
+            raise ConfigError(f"quant.fast_accum applies to backend torch's FP8 GEMM; this run explores on backend "
+                              f"{choice.backend!r} (quant.backend {quant_cfg.backend!r}): remove quant.fast_accum")
+        copy = quant.quantized_copy(module, recipe.replace(backend=choice.backend))
+        if quant_cfg.fast_accum:
+            from solbench.quant.native import set_fast_accum
+
+            set_fast_accum(copy, True)
+        return copy
 
     factory.choice = None
 
@@ -105,16 +114,42 @@ def build_policy_nets(cfg: RunConfig, adapter, roles, *, explore_source: str = "
     into the result with ``nets.load_state_dict(state["nets"])`` (which re-syncs the explore copy).
     Also used by the standalone fidelity experiment (solbench.fidelity).
     """
+    from solbench.compile import resolve_compile
     from solbench.models import default_lora_init
+    from solbench.rollout_copy import choose_rollout_copy
 
     factory, sync = (explore or quant_explore_fns(cfg.quant)) if "explore" in roles else (None, None)
     finetune = cfg.finetune
     if finetune.lora_init is None:  # the model's default: gaussian on the real models, as every reference
         finetune = dataclasses.replace(finetune, lora_init=default_lora_init(cfg.model.name))
+    device = next(adapter.transformer.parameters()).device
+    rollout = choose_rollout_copy(cfg, device)  # model.rollout_copy, auto by the doctor's memory model
+    mode = resolve_compile(cfg.model.compile, device)
     nets = PolicyNets(adapter.transformer, finetune, roles, explore_source=explore_source,
-                      explore_factory=factory, explore_sync=sync)
+                      explore_factory=factory, explore_sync=sync, rollout_copy=rollout.path == "merged",
+                      compile_mode=mode)
     nets.explore_backend = getattr(factory, "choice", None)  # the resolved quant.backend (BackendChoice)
+    nets.rollout_record = {**rollout.record(), "rollout_role": explore_source, "compile_requested": cfg.model.compile,
+                           "compile_mode": mode, "compiled_blocks": nets.compiled_blocks}
     return nets
+
+
+def eval_sampler(cfg: RunConfig):
+    """The sampler of a run's evaluation: ``eval.sampler`` at ``sampling.eval_steps`` with the protocol's guidance
+    and shift (eval.guidance / eval.shift; unset, the run's sampling.guidance / sampling.shift). Its image side is
+    ``eval_resolution(cfg)``. solbench.provenance resolves the derived.eval_* settings with the same two."""
+    from solbench.sampling import SamplerSpec
+
+    ev, sampling = cfg.eval, cfg.sampling
+    return SamplerSpec(ev.sampler, sampling.eval_steps,
+                       guidance=sampling.guidance if ev.guidance is None else ev.guidance,
+                       shift=sampling.shift if ev.shift is None else ev.shift)
+
+
+def eval_resolution(cfg: RunConfig) -> int | None:
+    """Image side of a run's evaluation samples: eval.resolution, unset the run's model.resolution (None:
+    the model's native one)."""
+    return cfg.model.resolution if cfg.eval.resolution is None else cfg.eval.resolution
 
 
 def grid_prompt_indices(skills: list, n: int) -> list[int]:

@@ -262,43 +262,101 @@ def test_a_report_from_fewer_runs_than_the_spec_has_says_so(spec_path, tmp_path,
 
 # -- fidelity ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--seeds", "2", "--seeds must be >= 3 to rank seeds"),
-    ("--n-prompts", "0", "--n-prompts must be >= 1, got 0"),
+@pytest.mark.parametrize("change, message", [
+    ("--seeds 2", "--seeds must be >= 3 to rank seeds"),
+    ("--n-prompts 0", "--n-prompts must be >= 1, got 0"),
+    # more explore steps than full-precision steps: accepted, and measured
+    ("--explore-steps 3", "--explore-steps 3 exceeds --steps 1: the explore stage is the short one"),
+    # an unknown recipe: a KeyError traceback (UnknownRecipeError)
+    ("--recipe bogus", "--recipe bogus: unknown quantization recipe 'bogus'."),
+    # two recipes, the second unknown: the first one ran for 7 s, then the traceback, and no report
+    ("--recipes nvfp4_tiny,bogus", "--recipes bogus: unknown quantization recipe 'bogus'."),
 ])
-def test_fidelity_settings_that_cannot_be_measured_are_one_line_before_sampling(tmp_path, capsys, flag, value,
-                                                                              message):
+def test_fidelity_settings_that_cannot_be_measured_are_one_line_before_sampling(tmp_path, capsys, change, message):
     # Bug caught: --seeds 2 passed validation, sampled, then KeyError: 'run_id' (no prompt group of
     # fewer than 3 seeds is ranked); --n-prompts 0 said "the prompt set 'shapes/eval' has 33 prompts".
-    args = ["fidelity", "--steps", "1", "--explore-steps", "1", "--n-prompts", "1", "--seeds", "3", "--no-report",
-            "--results", str(tmp_path / "results"), "--device", "cpu"]
-    args[args.index(flag) + 1] = value
+    args = ["fidelity", "--steps", "1", "--explore-steps", "1", "--n-prompts", "1", "--seeds", "3",
+            "--results", str(tmp_path / "results"), "--reports", str(tmp_path / "reports"), "--device", "cpu"]
+    flag, value = change.split()
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
     assert cli(args) == 2
     assert message in one_error_line(capsys.readouterr().err, "fidelity")
     assert not (tmp_path / "results").exists()  # nothing sampled, nothing written
+    assert not (tmp_path / "reports").exists()
 
 
-def test_fidelity_of_a_run_whose_final_checkpoint_is_unreadable_is_an_error_naming_it(tmp_path, capsys):
-    # Bug caught: `fidelity --checkpoint RUN_DIR` quietly measured the step-1 checkpoint instead of
-    # the final one (a warning only). Now an error naming the file and how to ask for the earlier one.
+def test_fidelity_of_a_run_falls_back_from_an_unreadable_last_checkpoint_as_a_resume_and_says_what_it_measures(
+        tmp_path, capsys):
+    # Bugs caught: `fidelity --checkpoint RUN_DIR` whose last checkpoint was cut short was an error, where a
+    # resume of the run falls back to the previous checkpoint (RunStore.latest_checkpoint); and the
+    # checkpoint of an unfinished run (step 1 of 2) was measured without a word on screen. (Before that the
+    # fallback was taken quietly, a log warning only: now each is a line on screen and in the run's spec.json.)
     from solbench.trainer import Trainer
 
     cfg = tiny_config.small_config("diffusion_nft", experiment="fid", planned_iterations=2, seed=0)
     store = RunStore(tmp_path / "fid" / cfg.run_id, cfg.run_id)
     store.write_json("spec.json", cfg.to_dict())
     Trainer(cfg, store).run()
+    store.write_status("done")
     earlier, final = sorted(store.checkpoint_dir.glob("step_*.pt"))
     final.write_bytes(final.read_bytes()[:1000])  # cut short
     args = ["fidelity", "--checkpoint", str(store.run_dir), "--seeds", "3", "--n-prompts", "1", "--steps", "1",
             "--explore-steps", "1", "--no-report", "--results", str(tmp_path / "results"), "--device", "cpu"]
-    assert cli(args) == 2
-    line = one_error_line(capsys.readouterr().err, "fidelity")
-    assert f"cannot read {final} as a solbench checkpoint" in line
-    assert f"to measure the earlier one, give --checkpoint {earlier}" in line
-    args[args.index(str(store.run_dir))] = str(earlier)  # asked for: measured
     assert cli(args) == 0
+    out = capsys.readouterr().out
+    assert (f"note: --checkpoint {store.run_dir}: {final} cannot be read (cut short?); measuring the previous "
+            "checkpoint, step 1, as a resume of the run would start from it") in out
+    assert f"note: --checkpoint {store.run_dir}: measuring step 1 of 2, not the run's final policy" in out
     (measured,) = [d for d in (tmp_path / "results").glob("*/*") if d.is_dir()]
-    assert json.loads((measured / "spec.json").read_text())["checkpoint"]["step"] == 1
+    recorded = json.loads((measured / "spec.json").read_text())["checkpoint"]
+    assert recorded["step"] == 1 and recorded["path"] == str(earlier)
+
+    # the run was killed before its final checkpoint: measured, saying the run is not finished
+    final.unlink()
+    store.write_status("running")
+    assert cli(args) == 0
+    out = capsys.readouterr().out
+    assert (f"note: --checkpoint {store.run_dir}: the run is not finished (status running): measuring step 1 of 2, "
+            "not its final policy") in out
+    assert "done already" in out  # the same checkpoint as before: the same fidelity run
+
+    # a file named explicitly is that file or an error naming it (no fallback behind the user's back)
+    final.write_bytes(earlier.read_bytes()[:1000])
+    args[args.index(str(store.run_dir))] = str(final)
+    assert cli(args) == 2
+    assert f"cannot read {final} as a solbench checkpoint" in one_error_line(capsys.readouterr().err, "fidelity")
+
+
+# -- the environment -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command, value", [("fidelity", "abc"), ("sweep", "0")])
+def test_a_bad_solbench_threads_is_one_line_before_any_work_in_every_command(tmp_path, capsys, monkeypatch, command,
+                                                                            value):
+    # Bug caught: SOLBENCH_THREADS=abc (or 0) was a ValueError traceback; `solbench run` now refuses it before any
+    # run (tests/test_launch.py), and the commands that run work outside the launcher (fidelity, sweep) too.
+    spec = tmp_path / "sweepy.yaml"
+    spec.write_text(textwrap.dedent("""
+        name: sweepy
+        base: {model: {name: tiny, path: random}, iterations: 1, prompts_per_iter: 1,
+               eval: {every: 1, n_prompts: 1, seeds_per_prompt: 1, rewards: [shapes_geneval]}}
+        matrix: {method: [sol_rl], seed: [0]}
+        sweep: {trials: 1, params: {n: {choices: [4]}, k: {choices: [2]}}}
+    """))
+    args = {"fidelity": ["fidelity", "--model-path", "random", "--steps", "1", "--explore-steps", "1", "--n-prompts",
+                         "1", "--seeds", "3", "--results", str(tmp_path / "results"), "--reports",
+                         str(tmp_path / "reports"), "--device", "cpu"],
+            "sweep": ["sweep", str(spec), "--results", str(tmp_path / "results"), "--run-fn", "_runfns:eval_curve_run",
+                      "--no-collect"]}[command]
+    monkeypatch.setenv("SOLBENCH_THREADS", value)
+    assert cli(args) == 2
+    assert f"SOLBENCH_THREADS={value!r}" in one_error_line(capsys.readouterr().err, command)
+    assert not (tmp_path / "results").exists() and not (tmp_path / "reports").exists()  # nothing started
+    monkeypatch.delenv("SOLBENCH_THREADS")
+    if command == "sweep":  # the control: without it the same command runs
+        assert cli(args) == 0
 
 
 # -- interrupting the launcher -------------------------------------------------------------------------------

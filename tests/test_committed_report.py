@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from solbench.fidelity_plan import planned_count
 from solbench.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,10 +40,8 @@ def test_the_committed_report_covers_every_run_of_the_spec_and_its_plots():
     were not committed with it."""
     spec = load_spec(ROOT / "experiments" / "tiny_paper.yaml")
     text = (REPORT / "index.md").read_text()
-    checkpoints = [spec.fidelity.checkpoint] if isinstance(spec.fidelity.checkpoint, str) else spec.fidelity.checkpoint
-    # the training runs, then one fidelity run per recipe and checkpoint
-    n = len(spec.runs) + len(spec.fidelity.recipes) * len(checkpoints)
-    assert len(spec.fidelity.recipes) == 5
+    # the training runs, then one fidelity run per planned checkpoint and recipe (solbench.fidelity_plan)
+    n = len(spec.runs) + planned_count(spec.runs, spec.fidelity)
     assert re.search(rf"\| runs \| {n} \({n} done\) \|", text), "the report is not of every run of the spec"
     assert "uncommitted changes" not in text  # its runs came from committed code
     images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text)

@@ -9,9 +9,11 @@
   log-probs), with several optimizer steps per iteration.
 - A run asking for more ranks than were started says how to start them.
 
-"The same" is bit for bit where this CPU's float32 GEMM is row- and thread-invariant (Intel MKL on
-Intel CPUs, and an AMD EPYC Zen 4) and up to float32 rounding elsewhere (MKL's AVX2 kernels);
-tests/_cpu.py measures which and says why, and the session's last line counts the comparisons in each mode.
+Every rank and the one process compute on 1 thread (numerics.threads), whatever else runs on the machine.
+"The same" is bit for bit where this CPU's float32 GEMM is row-invariant at the padded row counts (Intel
+MKL's AVX-512 kernels, on Intel Xeons and an AMD EPYC Zen 4) and up to float32 rounding elsewhere (MKL's
+AVX2 kernels); tests/_cpu.py measures which, tests/test_kernel_paths.py checks that verdict under each
+kernel cap, and the session's last line counts the comparisons in each mode.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _cpu import assert_same_numbers
+from _cpu import assert_same_numbers, one_thread
 from solbench.distributed import DistContext, init_distributed
 from solbench.errors import ConfigError
 
@@ -63,7 +65,9 @@ def test_engine_shards_rollouts_and_gathers_latents_trajectories_and_rewards(tmp
     from solbench.timing import PhaseTimer
 
     adapter, rewards = _dist_worker.build()
-    single = _dist_worker.rollout(Engine(adapter, {"policy": adapter.transformer}, rewards, PhaseTimer(), run_seed=3))
+    with one_thread():  # as the ranks compute (1 thread each)
+        single = _dist_worker.rollout(Engine(adapter, {"policy": adapter.transformer}, rewards, PhaseTimer(),
+                                             run_seed=3))
     assert ranks[0]["image_rows"] == [0, 1, 2] and ranks[1]["image_rows"] == [3, 4]  # 5 samples: 3 + 2
     for got in ranks:  # every rank holds the whole batch: what one process computes (bit for bit
         # where this CPU's GEMM is row-invariant, else up to float32 rounding: tests/_cpu.py)

@@ -1,14 +1,16 @@
 """scripts/gpu_measure.sh, the one command a session with a lent GPU runs, dry on this CPU.
 
 The script lays solbench out as installed (symlinks, methods/ as solbench.methods) without pip, runs
-scripts/gpu_check.py (its device checks skip here and say so) and `solbench doctor SPEC --measure`, and
-writes gpu_check.json, measure.json, measure.md and its log into $OUT. Here it runs the tiny shapes of
+scripts/gpu_check.py (its device checks skip here and say so), scripts/rollout_speed.py (the rollout arms'
+forward, eager here: compiling needs CUDA under model.compile auto) and `solbench doctor SPEC --measure`,
+and writes gpu_check.json, rollout_speed.csv/.json, measure.json, measure.md and its log into $OUT. Here it runs the tiny shapes of
 tests/test_measure.py's FLUX spec; on the GPU the same lines run flux_main at published shapes
 (docs/measured/README.md).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -49,17 +51,28 @@ def test_gpu_measure_script_runs_the_check_and_the_measurement_and_collects_thei
     python, site = _python_without_solbench(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHON=python, PYTHONPATH=site, OUT=str(out), SOLBENCH_WHEELS=str(tmp_path / "no-wheels"),
-               SOLBENCH_MEASURE_ARGS="--tiny --methods sol_rl")
+               SOLBENCH_MEASURE_ARGS="--tiny --methods sol_rl,naive_scaling", SOLBENCH_SPEED_ARGS="--tiny --repeats 2")
     proc = subprocess.run(["bash", "scripts/gpu_measure.sh", str(spec), "120"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert sorted(p.name for p in out.iterdir()) == ["gpu_check.json", "gpu_measure.log", "measure.json", "measure.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_check.json", "gpu_measure.log", "measure.json", "measure.md",
+                                                     "rollout_speed.csv", "rollout_speed.json"]
     check = json.loads((out / "gpu_check.json").read_text())
     assert check["native_fp8"] == {"skipped": "no CUDA device"} or "skipped" in check["native_fp8"]
     assert check["environment"]["packages"]["diffusers"]
     # solbench imported from the script's installed-layout symlinks, methods/ as solbench.methods
     assert check["environment"]["solbench_methods"].startswith("/tmp/solbench_measure.")
     measured = json.loads((out / "measure.json").read_text())
-    assert [m["method"] for m in measured["methods"]] == ["sol_rl"] and not measured["methods"][0]["error"]
+    assert [m["method"] for m in measured["methods"]] == ["sol_rl", "naive_scaling"]
+    assert not any(m["error"] for m in measured["methods"])
+    # the rollout arms at the spec's Sol-RL shapes (micro-batch 4), eager on this CPU; the compiled rows need CUDA
+    with (out / "rollout_speed.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(rows[0]) == ["arm", "precision", "compiled", "batch", "seconds_per_forward", "tflops"]
+    assert [(r["arm"], r["compiled"], r["batch"]) for r in rows] == [("lora", "False", "4"), ("merged", "False", "4"),
+                                                                     ("explore", "False", "4")]
+    assert all(float(r["seconds_per_forward"]) > 0 and float(r["tflops"]) > 0 for r in rows)
+    speed = json.loads((out / "rollout_speed.json").read_text())
+    assert "compiled arms" in speed["skipped"][0] and "merged_vs_lora_eager" in speed["ratios"]
     log = (out / "gpu_measure.log").read_text()
     assert "no wheels in" in log and "status 0" in log

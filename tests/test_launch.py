@@ -13,10 +13,13 @@ import textwrap
 import time
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import pandas as pd
 import pytest
 
 from solbench.cli import main as cli
+from solbench.config import RunConfig
 from solbench.launch import RunTask, execute_run, launch_spec, run_lock, run_states
 from solbench.results import RunStore
 from solbench.spec import load_spec
@@ -272,25 +275,25 @@ def test_local_workers_auto_is_one_run_per_core_and_the_setting_can_be_overridde
     import solbench.launch.local as launch
     from solbench.errors import ConfigError
 
-    monkeypatch.setattr(launch, "available_cores", lambda: [0, 1, 2, 3])
+    monkeypatch.setattr(launch, "usable_cores", lambda: 4)
     monkeypatch.setattr(launch, "_cuda", lambda: False)
     monkeypatch.delenv("SOLBENCH_WORKERS", raising=False)
-    monkeypatch.delenv("SOLBENCH_THREADS", raising=False)
-    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
-    assert launch.local_workers("auto", 14) == 4
-    assert launch.local_workers("auto", 3) == 3  # never more workers than runs
-    assert launch.local_workers(1, 14) == 1
-    monkeypatch.setenv("SOLBENCH_THREADS", "2")
-    assert launch.local_workers("auto", 14) == 2  # two threads per run: a run per two cores
-    monkeypatch.delenv("SOLBENCH_THREADS")
+    runs = lambda n, threads=1: [SimpleNamespace(config=RunConfig.from_dict({"numerics": {"threads": threads}}))  # noqa: E731
+                                 for _ in range(n)]
+    assert launch.local_workers("auto", runs(14)) == 4
+    assert launch.local_workers("auto", runs(3)) == 3  # never more workers than runs
+    assert launch.local_workers(1, runs(14)) == 1
+    assert launch.local_workers("auto", runs(14, threads=2)) == 2  # two threads per run: a run per two cores
+    assert launch.fit_threads(runs(14, threads=2), 4) == 2  # --workers 4 cannot give runs of 2 threads their cores
+    assert launch.fit_threads(runs(14), 6) == 6  # one thread a run: a share of one core always holds it
     monkeypatch.setenv("SOLBENCH_WORKERS", "3")
-    assert launch.local_workers("auto", 14) == 3
+    assert launch.local_workers("auto", runs(14)) == 3
     monkeypatch.setenv("SOLBENCH_WORKERS", "many")
     with pytest.raises(ConfigError, match="SOLBENCH_WORKERS='many'"):
-        launch.local_workers(1, 14)
+        launch.local_workers(1, runs(14))
     monkeypatch.setenv("SOLBENCH_WORKERS", "auto")
     monkeypatch.setattr(launch, "_cuda", lambda: True)
-    assert launch.local_workers(4, 14) == 1
+    assert launch.local_workers(4, runs(14)) == 1
 
 
 def test_core_shares_split_the_cores_without_overlap():
@@ -317,6 +320,7 @@ def test_local_runs_execute_side_by_side_in_worker_processes_with_the_same_resul
     isolation, no pinning), on overlapping cores, losing a run's state, or computing other numbers
     than the in-process launcher."""
     results = tmp_path / "results"
+    monkeypatch.setenv("SOLBENCH_CORE_LOCKS", str(tmp_path / "locks"))  # no other solbench run's claims count here
     monkeypatch.setenv("SOLBENCH_WORKERS", "2")
     # rendezvous_run: a run only goes on once a second one has started beside it, so runs executed
     # one after another fail this test instead of merely taking longer
@@ -381,3 +385,92 @@ def test_killing_the_launcher_stops_its_workers_and_the_runs_resume(spec_path, t
     for store in stores:
         assert store.read_status()["state"] == "done"
         assert steps(store) == [0, 1, 2, 3, 4]  # resumed without duplicated or lost rows
+
+
+def _launcher(spec_path, results, run_ids, tmp_path, **env):
+    """`solbench run` of ``run_ids`` in a subprocess on 2 workers, with a claim folder of its own."""
+    env = {**os.environ, "SOLBENCH_WORKERS": "2", "SOLBENCH_CORE_LOCKS": str(tmp_path / "locks"),
+           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), **env}
+    env.pop("SOLBENCH_THREADS", None)
+    cmd = [sys.executable, "-m", "solbench", "run", str(spec_path), "--results", str(results), "--quiet",
+           "--no-report", "--run-fn", "_runfns:rendezvous_run", "--only", *run_ids]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_running(stores, proc, at_step=1, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not all(s.read_status()["state"] == "running" and (s.latest_checkpoint() or (0,))[0] >= at_step
+                  for s in stores):
+        assert time.monotonic() < deadline and proc.poll() is None, \
+            f"the runs never got going: {[s.read_status() for s in stores]}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("n_runs", [2, 3])
+def test_a_worker_killed_with_sigkill_fails_its_own_run_only_and_the_launcher_finishes_the_rest(
+        spec_path, tmp_path, n_runs):
+    """Catches (issue 39): one worker killed as the out-of-memory killer kills it breaking the whole worker
+    pool (every run reported "ended abnormally"), or, with a run still queued, the launcher waiting for
+    ever on that run's pending status, which carries its own live PID."""
+    results = tmp_path / "results"
+    spec = load_spec(spec_path)
+    runs = spec.runs[:n_runs]
+    stores = [RunStore(spec.run_dir(results, r.run_id), r.run_id) for r in runs]
+    proc = _launcher(spec_path, results, [r.run_id for r in runs], tmp_path, SOLBENCH_TEST_STEP_S="1")
+    _wait_running(stores[:2], proc)
+    os.kill(int(stores[0].read_status()["pid"]), signal.SIGKILL)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 1, out + err
+    victim = stores[0].read_status()
+    assert (victim["state"], victim["error"]) == ("failed", "WorkerDied: its worker process was killed by SIGKILL "
+                                                            "(as the kernel's out-of-memory killer or kill -9 do)")
+    assert f"run {runs[0].run_id} failed: its worker process was killed by SIGKILL" in err
+    for store in stores[1:]:  # the other worker's run, and the queued one on a fresh worker
+        assert store.read_status()["state"] == "done" and steps(store) == [0, 1, 2, 3, 4]
+    assert f"1 run(s) did not finish: {runs[0].run_id}" in out
+    # the next `solbench run` resumes the killed run from its last checkpoint
+    again = _launcher(spec_path, results, [r.run_id for r in runs], tmp_path, SOLBENCH_WORKERS="1")
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, out + err
+    assert stores[0].read_status()["state"] == "done" and steps(stores[0]) == [0, 1, 2, 3, 4]
+    assert int((stores[0].run_dir / "starts.txt").read_text().split()[-1]) >= 2
+
+
+def test_force_beside_a_launcher_running_the_same_runs_reruns_them_after_it(spec_path, tmp_path, monkeypatch, capsys):
+    """Catches (issue 39): `solbench run --force` started while another launcher executes the same runs
+    waiting for them and then saying "nothing to do: all 2 runs ... are done", rerunning none."""
+    results = tmp_path / "results"
+    spec = load_spec(spec_path)
+    runs = spec.runs[:2]
+    stores = [RunStore(spec.run_dir(results, r.run_id), r.run_id) for r in runs]
+    other = _launcher(spec_path, results, [r.run_id for r in runs], tmp_path, SOLBENCH_TEST_STEP_S="0.5")
+    _wait_running(stores, other)
+    monkeypatch.setenv("SOLBENCH_WORKERS", "1")
+    monkeypatch.setenv("SOLBENCH_CORE_LOCKS", str(tmp_path / "locks"))
+    requested = time.time()
+    assert cli(["run", str(spec_path), "--results", str(results), "--force", "--quiet", "--no-report",
+                "--run-fn", "_runfns:counting_run", "--only", *[r.run_id for r in runs]]) == 0
+    out = capsys.readouterr().out
+    assert other.wait(timeout=60) == 0
+    assert "--force: 2 run(s) another process was executing started before this request; running them again" in out
+    assert "nothing to do" not in out
+    for store in stores:
+        status = store.read_status()
+        assert status["state"] == "done" and status["started_ts"] >= requested
+        assert store.read_json("env.json")["pid"] == os.getpid()
+        assert (store.run_dir / "starts.txt").read_text().split() == ["1"] and steps(store) == [0, 1, 2, 3, 4]
+
+
+def test_solbench_threads_is_refused_before_any_run_starts(spec_path, tmp_path, monkeypatch, capsys):
+    """Catches (issue 39): SOLBENCH_THREADS=abc or =0 ending `solbench run` in a ValueError traceback, or
+    (with --workers 1) every run marked failed and an empty report written; and any value changing the
+    numbers from outside the spec."""
+    for value in ("abc", "0", "2"):
+        monkeypatch.setenv("SOLBENCH_THREADS", value)
+        assert cli(["run", str(spec_path), "--results", str(tmp_path / "results"), "--quiet",
+                    "--run-fn", "_runfns:counting_run"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.splitlines() == [f"solbench run: error: SOLBENCH_THREADS={value!r} is not read any more: a run's thread count is "
+                                    "its spec's numerics.threads (default 1, part of the run id); unset it and set "
+                                    "that instead"], err
+    assert not (tmp_path / "results").exists()

@@ -1,4 +1,5 @@
-"""The real-model specs (experiments/{flux,sd35,sana}_main.yaml) against each method's reference config.
+"""The real-model specs (experiments/{flux,sd35,sana}_main.yaml) against each method's reference config,
+and their evaluation protocol: one per model, the same for every method.
 
 These settings are reached only by the GPU runs, so nothing else would notice a drift: the effective
 guidance of rollouts and losses (None resolves to the model's default: CFG 4.5 on SD3.5 and SANA,
@@ -84,6 +85,59 @@ def test_awm_uses_the_reference_pickscore_settings():
             assert (mc["noise_level"], mc["kl_beta"], mc["train_timesteps"], mc["timestep_fraction"]) == (0.0, 1e-4, 6, 0.9)
             assert (mc["time_type"], mc["sampler"], cfg.prompts_per_iter, cfg.finetune.ema_decay) == (
                 "discrete", "sa_solver", 24, 0.99)
+
+
+# One evaluation protocol per model (issue 41), Sol-RL's eval_fn and configs (configs/sol_rl/{flux1,sd3,sana}.py):
+# (guidance, resolution, steps, sampler, shift; None = the scheduler's own at that resolution), the same for every method
+PROTOCOL = {"flux": (1.0, 512, 28, "dpm2", None), "sd3": (1.0, 1024, 40, "dpm2", None),
+            "sana": (1.0, 1024, 40, "euler", 1.0)}
+
+
+@pytest.mark.parametrize("model", sorted(SPECS))
+def test_every_method_of_a_real_spec_is_evaluated_by_its_models_protocol(model):
+    """Catches (issue 41) evaluation settings that follow each method's training: SD3.5 and SANA baselines
+    evaluated at CFG 4.5 against Sol-RL's none, FLUX's FlowGRPO at distilled 3.5 against 1.0, SD3.5's FlowGRPO
+    and AWM at their 512 px against 1024, DanceGRPO on FLUX at 720. What the trainer evaluates with is asked
+    of the functions Trainer.evaluate calls, for every run of the spec, whatever it trains with."""
+    from solbench.trainer import eval_resolution, eval_sampler
+
+    by_method = runs_by_method(model)
+    trained_at = {cfg.model.resolution for configs in by_method.values() for cfg in configs}
+    trained_with = {cfg.sampling.guidance for configs in by_method.values() for cfg in configs}
+    assert len(trained_at) > 1 or len(trained_with) > 1  # the methods do train differently ...
+    for method, configs in by_method.items():
+        for cfg in configs:  # ... and are evaluated alike
+            sampler = eval_sampler(cfg)
+            assert (sampler.guidance, eval_resolution(cfg), sampler.steps, sampler.kind, sampler.shift) == PROTOCOL[model], method
+            assert (cfg.eval.prompts, cfg.eval.n_prompts, cfg.eval.seeds_per_prompt, cfg.seed, cfg.eval.every) == (
+                "data/pickscore/test.txt", 256, 1, 0, 20), method
+            assert cfg.eval.rewards == ["imagereward", "clipscore", "pickscore", "hpsv2"], method
+
+
+@pytest.mark.parametrize("model,stated", [("sd3", "guidance 1; 1024 px; dpm2 sampler"),
+                                           ("sana", "guidance 1; 1024 px; euler sampler; shift 1")])
+def test_the_main_results_caption_states_the_protocol(model, stated):
+    """The report's Table 1 says how every column was evaluated (issue 41), read from the runs' parameters as
+    collect flattens them (p_<path> columns): one value per setting when the protocol holds."""
+    import pandas as pd
+
+    from solbench.report.main_results import _eval_setup
+    from solbench.results.collection import flatten
+
+    runs = pd.DataFrame([{f"p_{k}": v for k, v in flatten(cfg.to_dict()).items()}
+                         for configs in runs_by_method(model).values() for cfg in configs])
+    setup = _eval_setup(None, runs)
+    assert f"first 256 prompts; 1 seeds per prompt; 40 sampling steps; {stated}" in setup, setup
+
+
+def test_real_specs_train_awm_with_the_reference_weighting_and_flow_grpo_through_both_cfg_branches():
+    """AWM's PickScore config trains on the generalised Huber of d (weighting='ghuber', ghuber_power=0.25);
+    flow_grpo's train_sd3.py at the tables' commit (74db691) takes the CFG gradient through both branches."""
+    for model in SPECS:
+        for cfg in runs_by_method(model)["awm"]:
+            assert (cfg.method_config["weighting"], cfg.method_config["ghuber_power"]) == ("ghuber", 0.25)
+        for cfg in runs_by_method(model)["flow_grpo"]:
+            assert cfg.method_config["detach_uncond"] is False
 
 
 def test_sd3_trains_the_text_stream_like_its_references():

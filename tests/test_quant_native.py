@@ -2,7 +2,9 @@
 ``quant.backend`` is resolved (solbench.quant.backends).
 
 What runs here, on CPU: the sync-free activation quantizers against solbench's quantizer (codes and
-scale bytes bit for bit), the swizzled scale layout against torchao's, the FP8 layer end to end
+scale bytes bit for bit; the FP8 one through its compiled two-pass kernel), one quantizer pass for an
+input that three layers read inside a compiled forward, the fast-accumulation option reaching the GEMM, the
+E5M2 recipes' reason instead of a KeyError, the swizzled scale layout against torchao's, the FP8 layer end to end
 (torch has a CPU ``_scaled_mm``) against the emulated layer, the NVFP4 layer's operands decoded
 against the emulated numbers, and the backend choice. The GPU kernels themselves are checked by
 scripts/gpu_check.py (FP8 on Hopper, NVFP4 on Blackwell).
@@ -15,9 +17,11 @@ import torch
 import torch.nn.functional as F
 
 from solbench import quant
-from solbench.quant import formats
+from solbench.errors import ConfigError
+from solbench.quant import formats, fused
 from solbench.quant.backends import choose_backend
-from solbench.quant.native import NativeLinear, _unswizzle, native_unavailable_reason, quantize_fp8_rows, quantize_nvfp4_rows
+from solbench.quant.native import (NativeLinear, _unswizzle, native_unavailable_reason, quantize_fp8_rows,
+                                   quantize_nvfp4_rows, set_fast_accum)
 
 GOLDEN = [0.1, -0.3, 0.9, 1.3, -2.2, 2.9, 3.6, 5.2, 7.0, -0.0, 0.0, 1e-9, -4.4, 0.74, 0.76, 2.6]
 
@@ -31,18 +35,95 @@ def _inputs(dtype):
     yield torch.zeros(16, 32, dtype=dtype)  # all-zero tensor: unit global scale
     tiny = torch.randn(16, 32, dtype=dtype) * 1e-30 if dtype == torch.float32 else torch.randn(16, 32, dtype=dtype) * 1e-20
     yield tiny
-    yield torch.tensor([GOLDEN * 2], dtype=dtype)
+    yield torch.tensor([GOLDEN, GOLDEN], dtype=dtype)  # two rows: no size-1 dimension (one compile for every shape)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fp8_activation_quantizer_matches_solbench_quantize_bit_for_bit(dtype):
     """Catches a native input quantizer that rounds differently from the emulated path (e.g. x / amax * 448
-    instead of TE's x * (448 / amax)): the two backends would then explore with different numbers."""
+    instead of TE's x * (448 / amax), or the compiled kernel's `448 / amax` becoming a reciprocal and a
+    product): the two backends would then explore with different numbers. Runs through the compiled
+    two-pass kernel (fused.native_kernel), the path the GPU takes, and checks that it did."""
+    assert fused.enabled(), "SOLBENCH_QUANT_COMPILE=0: this test checks the compiled kernel"
     for x in _inputs(dtype):
         codes, decode = quantize_fp8_rows(x)
         ref = formats.quantize(x, "fp8")
         assert torch.equal(codes.view(torch.uint8), ref.codes.view(torch.uint8))
         assert torch.equal(decode, ref.scales)
+    assert fused.enabled() and "native:fp8_tensor_rows" in fused._COMPILED, fused._STATE["reason"]
+
+
+def test_layers_reading_one_tensor_share_one_quantizer_pass_in_a_compiled_forward():
+    """q, k and v read the same activation: compiled together (as in a compiled block), the three FP8
+    quantizations become one generated kernel that reads the input once, computes its amax and scale once
+    and writes each layer's E4M3 codes, and the three GEMMs stay torch's scaled matmul; the results equal
+    the eager layers'. Catches a quantizer the compiler cannot fuse (hidden behind a graph break or an
+    opaque call: three kernels, three reads of the input) or one that changes the numbers when compiled."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    recipe = quant.get_recipe("fp8_w8a8").replace(backend="torch")
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList(NativeLinear(64, 64, False, recipe, name=n, dtype=torch.float32) for n in "qkv")
+    for layer in layers:
+        layer.load_weight(torch.randn(64, 64))
+
+    def qkv(x):
+        return [layer(x) for layer in layers]
+
+    x = torch.randn(32, 64)
+    with torch.no_grad():
+        got, (code, *_) = run_and_get_code(torch.compile(qkv, fullgraph=True), x)
+        want = qkv(x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    kernels = re.findall(r"(cpp_fused_\w+) = async_compile\.cpp_pybinding\((\[[^\]]*\])", code)
+    quantizers = [(name, args) for name, args in kernels if "amax" in name]
+    assert len(quantizers) == 1, kernels
+    assert quantizers[0][1].count("Float8_e4m3fn*") == 3  # one pass writes the three layers' codes
+    assert code.count("extern_kernels._scaled_mm(") == 3
+
+
+def test_fast_accum_reaches_the_fp8_gemm(monkeypatch):
+    """quant.fast_accum: set_fast_accum turns on use_fast_accum in every FP8 layer's scaled GEMM (and only
+    there). Catches the option being accepted but never passed to torch._scaled_mm."""
+    seen = []
+    real = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: seen.append(k.get("use_fast_accum")) or real(*a, **k))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 32))
+    copy = quant.quantized_copy(model, quant.get_recipe("fp8_w8a8").replace(backend="torch"))
+    x = torch.randn(16, 64)
+    with torch.no_grad():
+        plain = copy(x)
+        assert set_fast_accum(copy, True) == 2
+        fast = copy(x)
+    assert seen == [False, False, True, True]
+    torch.testing.assert_close(fast, plain)  # torch's CPU kernel has one accumulation mode; gpu_check measures the GPU's
+
+
+def test_fast_accum_with_a_backend_without_it_is_a_clear_error():
+    """Catches quant.fast_accum silently doing nothing on a backend that has no such option."""
+    from solbench.config import QuantConfig
+    from solbench.trainer_setup import quant_explore_fns
+
+    factory, _ = quant_explore_fns(QuantConfig(recipe="fp8_w8a8", backend="emulated", fast_accum=True))
+    with pytest.raises(ConfigError, match="quant.fast_accum applies to backend torch"):
+        factory(torch.nn.Sequential(torch.nn.Linear(32, 32)))
+
+
+def test_e5m2_recipes_have_no_scaled_matmul_path_and_say_so():
+    """The public code's recipes (fp8_e5m2) under backend torch/auto: a reason naming E5M2, not a KeyError
+    from the capability table; auto then emulates (with the fallback) or fails naming every reason."""
+    recipe = quant.get_recipe("te_delayed_e2m1_flux")
+    assert recipe.format == "fp8_e5m2"
+    for capability in ((9, 0), (10, 0)):
+        reason = native_unavailable_reason(recipe.replace(backend="torch"), capability=capability)
+        assert "E5M2" in reason
+        with pytest.raises(quant.BackendUnavailableError, match="torch: torch's scaled matmul has no FP8 E5M2"):
+            choose_backend(recipe, "auto", capability=capability)
+        assert choose_backend(recipe, "auto", capability=capability, allow_emulated_fallback=True).backend == "emulated"
+    assert "E5M2" in native_unavailable_reason(recipe.replace(backend="torch"), "cpu")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -7,6 +7,8 @@
 - LoRA's gaussian init and the model defaults the trainer resolves;
 - the evaluation EMA's schedule (flow_grpo updates every 8 optimizer steps);
 - CFG's detached unconditional branch (flow_grpo's loss gradient);
+- AWM's generalised-Huber weighting (issue 41) against the reference's exp_first formula;
+- the evaluation protocol (issue 41): what the trainer evaluates with, at the protocol's resolution;
 - settings added here keep every earlier run id at their defaults.
 """
 
@@ -245,6 +247,124 @@ def test_detach_uncond_leaves_the_velocity_and_takes_g_times_the_conditional_gra
     torch.testing.assert_close(g_detached, weight.grad, rtol=1e-4, atol=1e-6)
 
 
+# -- AWM's generalised-Huber weighting -------------------------------------------------------------------------
+def test_awm_ghuber_weighting_has_the_gradient_of_the_references_exp_first_ratio():
+    """Catches (issue 41) AWM training on the plain mean squared error d where the reference's PickScore config
+    (dgx_awm.py lines 339-342: loss_type 'exp_first', weighting 'ghuber', ghuber_power 0.25) trains on
+    log_prob = -((d + 1e-10)^p - 1e-10^p) t / p (train_sd3_awm.py line 249, d in float64, lines 237-239) inside
+    ratio = exp(log_prob - old_log_prob.detach()) with the on-policy old_log_prob = log_prob.detach() (line 1284),
+    policy_loss = mean(max(-A ratio, -A clamp(ratio, 1 - 1, 1 + 1))) (lines 1293-1327), plus beta |v - v_ref|^2
+    and ema_beta |v - v_ema|^2 (lines 1337, 1346-1350). The oracle is that formula, written out here in float64
+    with autograd; solbench's loss must have its gradient (its value differs by the constant mean(A) - the
+    ratio's value 1 times A - which carries no gradient), and differ from the uniform weighting's."""
+    from test_methods_math import (C_OLD, C_REF, EPS, W_OLD, W_REF, X0, f64, f64_params, f64_velocity,
+                                   method_instance, toy_engine)
+
+    from solbench.method import Chunk
+
+    p, kl_beta, slow_beta, adv, t = 0.25, 0.01, 0.5, [2.5, -6.0], [0.6, 0.3]
+
+    def solbench_loss(**weighting):
+        method = method_instance("awm", kl_beta=kl_beta, slow_beta=slow_beta, **weighting)
+        engine = toy_engine()
+        chunk = Chunk(data={"x0": torch.tensor(X0), "t": torch.tensor(t), "eps": torch.tensor(EPS),
+                            "advantages": torch.tensor(adv), "prompts": ["a", "b"], "guidance": 1.0},
+                      micro_batch=0, n_micro_batches=1, weight=1.0)
+        loss, _ = method.loss(engine, chunk)
+        loss.backward()
+        policy = engine.nets["policy"]
+        return loss, policy.w.grad.double(), policy.c.grad.double()
+
+    loss, grad_w, grad_c = solbench_loss(weighting="ghuber", ghuber_power=p)
+    x0, eps, tt = f64(X0), f64(EPS), f64(t)
+    xt = (1 - tt[:, None]) * x0 + tt[:, None] * eps
+    w, c = f64_params(requires_grad=True)
+    v = f64_velocity(w, c, xt, tt)
+    d = ((v - (eps - x0)) ** 2).mean(1)
+    log_prob = -((d + 1e-10) ** p - torch.tensor(1e-10, dtype=torch.float64) ** p) * tt / p
+    ratio = torch.exp(log_prob - log_prob.detach())
+    a = torch.clamp(f64(adv), -5, 5) / 5 * 1.0
+    policy_loss = torch.mean(torch.maximum(-a * ratio, -a * torch.clamp(ratio, 1.0 - 1, 1.0 + 1)))
+    v_ref = f64_velocity(f64(W_REF), f64(C_REF), xt, tt)
+    v_ema = f64_velocity(f64(W_OLD), f64(C_OLD), xt, tt)  # the slow copy is the "old" role
+    reference = policy_loss + kl_beta * ((v - v_ref) ** 2).mean() + slow_beta * ((v - v_ema) ** 2).mean()
+    reference.backward()
+    torch.testing.assert_close(grad_w, w.grad, rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(grad_c, c.grad, rtol=1e-4, atol=1e-7)
+    assert float(loss.detach()) == pytest.approx(float(reference.detach() + (a * (1 - log_prob.detach())).mean()), rel=1e-5)
+    _, uniform_w, _ = solbench_loss()
+    assert not torch.allclose(uniform_w, grad_w, rtol=0.05)
+
+
+# -- the evaluation protocol ---------------------------------------------------------------------------------
+def test_an_adapter_at_the_protocols_resolution_samples_as_one_built_at_it():
+    """Catches (issue 41) an evaluation at the training resolution: inside ``at_resolution(64)`` an adapter built
+    at 32 px draws the images, latent shape, image ids and resolution-dependent FLUX shift of one built at 64 px
+    (test_models_diffusers holds that one to the FLUX pipeline), and is its 32 px self again afterwards."""
+    from test_models_diffusers import engine_rollout, flux_components
+
+    from solbench.models.flux import FluxAdapter
+
+    parts = flux_components()
+    small = FluxAdapter.from_components(**parts, resolution=32, max_sequence_length=16)
+    big = FluxAdapter.from_components(**parts, resolution=64, max_sequence_length=16)
+    before = (small.resolution, small.latent_shape, small.default_shift, small.img_ids.clone())
+    assert small.default_shift != big.default_shift  # FLUX's dynamic shift depends on the resolution
+    with small.at_resolution(64):
+        assert (small.resolution, small.latent_shape, small.default_shift) == (64, big.latent_shape, big.default_shift)
+        inside, _ = engine_rollout(small, steps=2, guidance=3.5)
+    expected, _ = engine_rollout(big, steps=2, guidance=3.5)
+    assert inside.images.shape[-2:] == (64, 64)
+    torch.testing.assert_close(inside.images, expected.images, rtol=1e-5, atol=1e-6)
+    after = (small.resolution, small.latent_shape, small.default_shift, small.img_ids)
+    assert after[:3] == before[:3] and torch.equal(after[3], before[3])
+    with small.at_resolution(None), small.at_resolution(32):
+        assert small.latent_shape == before[1]
+
+
+def test_the_tiny_model_refuses_another_eval_resolution(tmp_path):
+    """A tiny spec asking for another evaluation resolution fails at expansion, naming the spec and the key; an
+    adapter asked at run time says the same."""
+    from solbench.errors import ConfigError
+    from solbench.models import build_adapter
+    from solbench.spec import load_spec
+
+    spec = tmp_path / "tiny_eval.yaml"
+    spec.write_text("name: tiny_eval\nbase: {eval: {resolution: 64}}\nmatrix: {method: [sol_rl]}\n")
+    with pytest.raises(ConfigError, match=rf"{spec}.*eval\.resolution: got 64: .*the tiny model samples only at its own"):
+        load_spec(spec)
+    adapter = build_adapter(ModelConfig(path="random"))
+    with adapter.at_resolution(adapter.resolution):
+        pass
+    with pytest.raises(ConfigError, match=r"eval\.resolution: the tiny model samples only at its own 32 px, not 64 px"):
+        with adapter.at_resolution(64):
+            pass
+
+
+def test_the_trainer_evaluates_with_the_protocol_not_the_training_settings(trainer):
+    """Catches (issue 41) an evaluation that samples Euler at the run's training guidance and shift: with
+    eval.guidance, eval.shift and eval.sampler set, Trainer.evaluate samples exactly those (at eval_steps), at
+    eval.resolution; unset, it keeps the training settings (the runs made before the protocol existed)."""
+    from solbench.sampling import SamplerSpec
+
+    seen = []
+    for attempt, protocol in enumerate(({}, {"guidance": 2.0, "shift": 3.0, "sampler": "dpm2"})):
+        tr = trainer(1 + attempt)
+        tr.cfg.sampling = dataclasses.replace(tr.cfg.sampling, guidance=1.5, shift=2.0)
+        tr.cfg.eval = dataclasses.replace(tr.cfg.eval, resolution=tr.engine.adapter.resolution, **protocol)
+        sample = tr.engine.sample
+
+        def record(*args, sampler, **kwargs):
+            seen.append((sampler, tr.engine.adapter.resolution))
+            return sample(*args, sampler=sampler, **kwargs)
+
+        tr.engine.sample = record
+        tr.evaluate()
+    steps = tr.cfg.sampling.eval_steps
+    assert seen == [(SamplerSpec("euler", steps, guidance=1.5, shift=2.0), 32),
+                    (SamplerSpec("dpm2", steps, guidance=2.0, shift=3.0), 32)]
+
+
 # -- run ids -----------------------------------------------------------------------------------------------
 def test_settings_added_here_keep_earlier_run_ids_at_their_defaults():
     """A run that does not set them hashes as before they existed (the committed tiny_paper results keep
@@ -265,3 +385,12 @@ def test_settings_added_here_keep_earlier_run_ids_at_their_defaults():
     awm = RunConfig(method="awm", method_config={"time_type": "discrete_wo_init"})
     assert awm.run_id == RunConfig(method="awm", method_config={}).run_id
     assert RunConfig(method="awm", method_config={"time_type": "discrete"}).run_id != awm.run_id
+    # issue 41: AWM's weighting, FlowGRPO's CFG detach and the evaluation protocol
+    for method, field, unset, other in (("awm", "weighting", "uniform", "ghuber"), ("awm", "ghuber_power", 0.25, 0.5),
+                                        ("flow_grpo", "detach_uncond", True, False)):
+        base = RunConfig(method=method, method_config={})
+        assert RunConfig(method=method, method_config={field: unset}).run_id == base.run_id, field
+        assert RunConfig(method=method, method_config={field: other}).run_id != base.run_id, field
+    for field, other in (("guidance", 1.0), ("resolution", 512), ("shift", 1.0), ("sampler", "dpm2")):
+        assert field not in data["eval"]
+        assert dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, **{field: other})).run_id != cfg.run_id, field

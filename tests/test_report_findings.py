@@ -6,7 +6,6 @@ forced and every expected number is computed by hand from the same closed forms.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -17,59 +16,20 @@ from solbench.report import ReportOptions, Tables, get_kind
 from solbench.report.stats import (CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, REPRODUCED, hierarchical_bootstrap,
                                    verdict)
 
+from fixtures.arm_results import EVAL_SEEDS, METRIC, PROMPTS, Arm, build_arms  # noqa: F401
+from fixtures.arm_results import run_row as _run
+
 OPTS = ReportOptions(n_boot=400)
-PROMPTS = [f"eval-{i:04d}" for i in range(6)]
-PROMPT_EFFECT = np.linspace(-0.3, 0.3, len(PROMPTS))  # prompts differ far more than the arms do
-EVAL_SEEDS = (0, 1)
-METRIC = "shapes_geneval"
-
-
-def _run(experiment, method, seed, rid, **cfg):
-    row = {"run_id": rid, "experiment": experiment, "method": method, "model": "tiny", "status": "done", "seed": seed,
-           "git_sha": "abc", "dirty": False, "device": "cpu", "error": None, "p_seed": seed, "p_method": method,
-           "p_eval.rewards": json.dumps([METRIC]), "p_quant.backend": "emulated", "p_quant.recipe": "nvfp4_tiny",
-           "p_world_size": 1}
-    row.update({f"p_method_config.{k}": v for k, v in cfg.items()})
-    return row
-
-
-def _empty(columns):
-    return pd.DataFrame(columns=columns)
 
 
 def build(root, name, arms, *, seeds=(0, 1), steps=(0, 2, 4), noise=0.0, timings=None, per_sample=True):
     """``arms``: {(method, settings tuple): gain(step) -> float}. Each run evaluates PROMPTS x EVAL_SEEDS at
-    ``steps``; score = 0.5 + prompt effect + gain(step) + seeded noise; eval rows are the means."""
-    rng = np.random.default_rng(7)
-    runs, metrics, timing_rows = [], [], []
-    for (method, settings), gain in arms.items():
-        for seed in seeds:
-            rid = f"{method}-{'-'.join(f'{k}{v}' for k, v in settings)}-s{seed}"
-            runs.append(_run(name, method, seed, rid, **dict(settings)))
-            for step in steps:
-                scores = []
-                for p, effect in zip(PROMPTS, PROMPT_EFFECT):
-                    for e in EVAL_SEEDS:
-                        value = 0.5 + effect + 0.01 * e + gain(step) + noise * rng.standard_normal()
-                        scores.append(value)
-                        if per_sample:
-                            metrics.append(dict(run_id=rid, step=step, split="eval_sample", metric=METRIC, value=value,
-                                                images_seen=step, wall_s=float(step), prompt_id=p, eval_seed=e))
-                metrics.append(dict(run_id=rid, step=step, split="eval", metric=METRIC, value=float(np.mean(scores)),
-                                    images_seen=step, wall_s=float(step)))
-            for step in range(1, max(steps) + 1):
-                for phase, precision, flops in (timings or {}).get(method, []):
-                    timing_rows.append(dict(run_id=rid, step=step, phase=phase, precision=precision, seconds=1.0,
-                                            n_images=4, flops=flops))
-    folder = root / name
-    folder.mkdir(parents=True)
-    pd.DataFrame(runs).to_parquet(folder / "runs.parquet", index=False)
-    pd.DataFrame(metrics).to_parquet(folder / "metrics.parquet", index=False)
-    (pd.DataFrame(timing_rows) if timing_rows else _empty(["run_id", "step", "phase", "precision", "seconds", "n_images",
-                                                           "flops"])).to_parquet(folder / "timings.parquet", index=False)
-    _empty(["run_id", "step", "prompt_id", "cand_idx", "noise_seed", "precision", "reward", "selected"]).to_parquet(
-        folder / "candidates.parquet", index=False)
-    return Tables.load(folder, OPTS)
+    ``steps``; score = 0.5 + prompt effect + gain(step) + seeded noise; eval rows are the means
+    (fixtures/arm_results.py); ``timings``: {method: [(phase, precision, FLOPs)]}, 1 s each per iteration."""
+    return build_arms(root, name, [
+        Arm(method, dict(settings), (lambda g: lambda step, seed: g(step))(gain), seeds, steps,
+            phases=[(phase, precision, flops, 1.0) for phase, precision, flops in (timings or {}).get(method, [])])
+        for (method, settings), gain in arms.items()], noise=noise, per_sample=per_sample, options=OPTS)
 
 
 def _table(tables, kind, name):
@@ -322,11 +282,13 @@ def test_decomposed_fidelity_pairs_each_recipe_with_the_step_budget_control(tmp_
     assert row["threshold"] == pytest.approx(0.927 - 0.05)  # non-inferiority to the paper's figure
     assert row["verdict"] in (REPRODUCED, CONTRADICTED, INCONCLUSIVE)
     assert "chance 0.33" in row["detail"]  # hit@4 of 12 seeds: a random ranking's 4/12
-    assert "Recipe nvfp4_tiny_flux;" in row["detail"]
+    # the explore format, recipe, coverage and backend behind the number (issue 41, item 5)
+    assert ("Explore copy: NVFP4 (nvfp4_tiny_flux), 99.0 % of the linear MACs in low precision (41 of 48 Linears), "
+            "emulated backend") in row["detail"]
     # a second NVFP4 recipe gets its own claim, never pooled into the default recipe's
     sana = _finding(tables, "FP4 explore ranks seeds almost as BF16 does (all-seeds Spearman ρ, base model, nvfp4_tiny)")
     assert sana["effect"] == pytest.approx(rho("fid-nvfp4_tiny").mean())
-    assert "Recipe nvfp4_tiny;" in sana["detail"]
+    assert "Explore copy: NVFP4 (nvfp4_tiny), 49.6 % of the linear MACs" in sana["detail"]
 
 
 # ---- the main job ends with the all-seeds fidelity; per-sample eval rows from the trainer ---------------

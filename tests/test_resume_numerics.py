@@ -1,15 +1,13 @@
-"""Numerics that do not depend on how a run was scheduled (issue 22, item 2).
+"""A run's numbers follow from its spec and the machine kind alone (issue 39): not from --workers, not from
+other solbench runs on the machine, not from a resume, not from a lost env.json.
 
-A run's thread count changes its numbers (on an AMD EPYC, the Sol-RL spec below on 2 threads instead
-of 1: candidate rewards up to 0.05 apart, eval rewards 1e-6). It is fixed by the run's first
-attempt, recorded in env.json and used again by every later attempt, in a worker process or
-in-process; env.json keeps every attempt; an attempt that cannot reproduce it says so in one line
-and records it.
+The thread count is the config's numerics.threads (solbench.threads); what the machine decides (CPU model,
+capability, torch) is recorded by the first attempt in env.json and status.json and compared by every
+later one (solbench.numerics), which says in one line when it cannot match it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -19,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from solbench.launch import RunTask, execute_run, launch_spec
+from solbench.config import RunConfig
+from solbench.launch import RunTask, execute_run
 from solbench.results import RunStore
 from solbench.spec import load_spec
-from solbench.threads import ENV_THREADS, LOCK_DIR_ENV, available_cores
+from solbench.threads import ENV_THREADS, LOCK_DIR_ENV, available_cores, claim_cores
 
 from _runfns import three_runs_spec
 
@@ -51,9 +50,9 @@ matrix:
 """
 
 
-def solbench_run(spec_path, results, workers, *, env=None):
+def solbench_run(spec_path, results, workers, *, env=None, run_fn="_interrupt_runfns:sigterm_at_eval"):
     cmd = [sys.executable, "-m", "solbench", "run", str(spec_path), "--results", str(results), "--no-report",
-           "--quiet", "--workers", str(workers), "--run-fn", "_interrupt_runfns:sigterm_at_eval"]
+           "--quiet", "--workers", str(workers), "--run-fn", run_fn]
     env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in (ENV_THREADS, "SOLBENCH_WORKERS")}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
@@ -64,137 +63,173 @@ def rows(store: RunStore, table: str) -> list[dict]:
     return [{k: v for k, v in row.items() if k not in ("wall_s", "seconds")} for row in store.read(table)]
 
 
-@pytest.mark.slow
-def test_sigterm_at_an_eval_then_a_resume_with_another_worker_count_gives_the_uninterrupted_rows(tmp_path):
-    # Bug caught: with one worker per run (2 runs, --workers 2) each run computes on 1 thread; resumed
-    # by `solbench run --workers 1` it ran in-process on every core it could claim (2 here), and on a
-    # CPU whose sums depend on the thread count (AMD EPYC: every one tried) its rows after the resume
-    # differed from an uninterrupted run's. And env.json kept only the last attempt.
-    spec_path = tmp_path / "numresume.yaml"
-    spec_path.write_text(textwrap.dedent(SOL_RL_SPEC))
-    spec = load_spec(spec_path)
-    interrupted, reference = tmp_path / "interrupted", tmp_path / "reference"
-
-    first = solbench_run(spec_path, interrupted, 2, env={"SOLBENCH_TEST_SIGTERM_AT": "2"})
-    assert first.returncode == 1 and "did not finish" in first.stdout, first.stdout + first.stderr[-3000:]
-    stores = [RunStore(spec.run_dir(interrupted, r.run_id), r.run_id) for r in spec.runs]
-    assert (interrupted / "numresume" / ".sigterm-sent").exists()
-    seen = {s.run_id: (s.read_status(), [step for step, _ in s.checkpoint_files()]) for s in stores}
-    assert all(status["state"] == "running" and ckpts for status, ckpts in seen.values()), \
-        (seen, first.stdout[-2000:], first.stderr[-3000:])
-    stopped_at = [s.latest_checkpoint()[0] for s in stores]
-    assert min(stopped_at) < spec.runs[0].config.iterations  # a resume has steps left to compute
-
-    second = solbench_run(spec_path, interrupted, 1)
-    assert second.returncode == 0, second.stdout + second.stderr[-3000:]
-    assert "other numerics" not in second.stderr
-
-    full = solbench_run(spec_path, reference, 2)  # uninterrupted, one worker per run as the first attempt
-    assert full.returncode == 0, full.stdout + full.stderr[-3000:]
-    for run, store in zip(spec.runs, stores):
-        same = RunStore(spec.run_dir(reference, run.run_id), run.run_id)
-        for table in ("metrics", "candidates"):
-            assert rows(store, table) == rows(same, table), f"{run.run_id} {table}"
-        env = store.read_json("env.json")
-        attempts = env["attempts"]
-        assert [a["attempt"] for a in attempts] == [1, 2]
-        assert attempts[0]["cpu_allocation"]["local_worker"]  # attempt 1 in a worker, attempt 2 in-process
-        assert "local_worker" not in attempts[1]["cpu_allocation"]
-        assert attempts[0]["pid"] != attempts[1]["pid"]
-        assert env["numerics"]["threads"] == 1
-        assert [a["numerics"]["threads"] for a in attempts] == [1, 1]
-        assert attempts[1]["cpu_allocation"]["source"] == "recorded"
-
-
-THREE = three_runs_spec("pinned")
-
-
 @pytest.fixture
 def private_cores(tmp_path, monkeypatch):
     monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path / "locks"))  # no other solbench run's claims interfere
     monkeypatch.delenv(ENV_THREADS, raising=False)
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    return tmp_path / "locks"
 
 
-def interrupted_after_step_2(spec, results, run, monkeypatch, threads: str) -> RunStore:
-    """Attempt 1 of ``run`` on ``threads`` threads (SOLBENCH_THREADS), stopped by KeyboardInterrupt
-    after its checkpoint of step 2 as Ctrl-C would stop it."""
-    monkeypatch.setenv(ENV_THREADS, threads)
+@pytest.mark.slow
+def test_sigterm_at_an_eval_then_a_resume_without_env_json_and_another_worker_count_gives_the_uninterrupted_rows(
+        tmp_path, private_cores):
+    # Bugs caught: a run resumed by `solbench run --workers 1` computing on every core it could claim where
+    # its first attempt, one of 2 runs on 2 workers, had one (other rows after the resume on every CPU whose
+    # sums depend on the thread count); and a lost env.json letting the resume record its own numerics as
+    # if the first attempt had run with them (issue 39).
+    spec_path = tmp_path / "numresume.yaml"
+    spec_path.write_text(textwrap.dedent(SOL_RL_SPEC))
+    spec = load_spec(spec_path)
+    interrupted, reference = tmp_path / "interrupted", tmp_path / "reference"
+    locks = {LOCK_DIR_ENV: str(private_cores)}
+
+    first = solbench_run(spec_path, interrupted, 2, env={"SOLBENCH_TEST_SIGTERM_AT": "2", **locks})
+    assert first.returncode == 1 and "did not finish" in first.stdout, first.stdout + first.stderr[-3000:]
+    stores = [RunStore(spec.run_dir(interrupted, r.run_id), r.run_id) for r in spec.runs]
+    assert (interrupted / "numresume" / ".sigterm-sent").exists()
+    seen = {s.run_id: (s.read_status(), [step for step, _ in s.checkpoint_files()]) for s in stores}
+    # the launcher outlived its workers: each run failed with the signal that ended its worker
+    assert all(status["state"] == "failed" and status["error"].startswith("WorkerDied: its worker process was "
+                                                                          "killed by SIGTERM") and ckpts
+               for status, ckpts in seen.values()), (seen, first.stdout[-2000:], first.stderr[-3000:])
+    stopped_at = [s.latest_checkpoint()[0] for s in stores]
+    assert min(stopped_at) < spec.runs[0].config.iterations  # a resume has steps left to compute
+    first_numerics = [s.read_json("env.json")["numerics"] for s in stores]
+    for store in stores:
+        (store.run_dir / "env.json").unlink()  # lost: status.json still holds the first attempt's setting
+
+    second = solbench_run(spec_path, interrupted, 1, env=locks)
+    assert second.returncode == 0, second.stdout + second.stderr[-3000:]
+    assert "other numerics" not in second.stderr and "are lost" not in second.stderr
+
+    full = solbench_run(spec_path, reference, 2, env=locks)  # uninterrupted, one worker per run as the first attempt
+    assert full.returncode == 0, full.stdout + full.stderr[-3000:]
+    for run, store, numerics in zip(spec.runs, stores, first_numerics):
+        same = RunStore(spec.run_dir(reference, run.run_id), run.run_id)
+        for table in ("metrics", "candidates"):
+            assert rows(store, table) == rows(same, table), f"{run.run_id} {table}"
+        env = store.read_json("env.json")
+        assert env["numerics"] == numerics  # the first attempt's, recovered from status.json
+        (attempt,) = env["attempts"]  # the env.json of attempt 1 is gone; attempt 2 is in-process
+        assert attempt["attempt"] == 2 and "local_worker" not in attempt["cpu_allocation"]
+        assert attempt["cpu_allocation"]["source"] == "config" and attempt["numerics"]["threads"] == 1
+        assert "numerics_differ" not in attempt
+
+
+def same_spec_rows(spec, results) -> dict[str, dict[str, list[dict]]]:
+    return {r.run_id: {t: rows(RunStore(spec.run_dir(results, r.run_id), r.run_id), t) for t in ("metrics", "candidates")}
+            for r in spec.runs}
+
+
+@pytest.mark.slow
+def test_workers_1_workers_2_and_a_machine_whose_cores_other_runs_hold_write_identical_rows(tmp_path, private_cores):
+    # Bug caught (issue 39): --workers 1 ran a run in-process on every free core, --workers 2 on one core
+    # each, and beside other solbench runs on 1 thread: three thread counts, three sets of numbers (171 of
+    # 264 metric rows differed between --workers 1 and 2 on an Intel Xeon).
+    spec_path = tmp_path / "numresume.yaml"
+    spec_path.write_text(textwrap.dedent(SOL_RL_SPEC).replace("iterations: 3", "iterations: 2")
+                         .replace("every: 2", "every: 1"))
+    spec = load_spec(spec_path)
+    locks = {LOCK_DIR_ENV: str(private_cores)}
+    results = {}
+    for label, workers in (("one", 1), ("two", 2)):
+        done = solbench_run(spec_path, tmp_path / label, workers, env=locks, run_fn="solbench.trainer:train_run")
+        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+        results[label] = same_spec_rows(spec, tmp_path / label)
+    # beside another solbench run that holds every core (its claims), with a busy loop on each core
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in available_cores()]
+    try:
+        with claim_cores(available_cores()) as held:
+            assert len(held) == len(available_cores())
+            done = solbench_run(spec_path, tmp_path / "busy", 2, env=locks, run_fn="solbench.trainer:train_run")
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    results["busy"] = same_spec_rows(spec, tmp_path / "busy")
+    for run in spec.runs:
+        env = RunStore(spec.run_dir(tmp_path / "busy", run.run_id), run.run_id).read_json("env.json")
+        assert env["cpu_allocation"]["cores"] == [] and env["torch_threads"] == 1  # unpinned, same count
+    counted = sum(len(tables["metrics"]) for tables in results["one"].values())
+    assert counted >= 2 * 8 and all(results[label] == results["one"] for label in ("two", "busy"))
+
+
+THREE = three_runs_spec("pinned")
+
+
+def interrupted_after_step_2(tmp_path, monkeypatch, config: dict | None = None) -> tuple[RunConfig, RunStore]:
+    """Attempt 1 of a run, stopped by KeyboardInterrupt after its checkpoint of step 2 as Ctrl-C would."""
+    spec_path = tmp_path / "pinned.yaml"
+    spec_path.write_text(textwrap.dedent(THREE))
+    run = load_spec(spec_path).runs[0]
+    cfg = RunConfig.from_dict({**run.config.to_dict(), **(config or {})})
     monkeypatch.setenv("SOLBENCH_TEST_INTERRUPT_AT", "2")
-    store = RunStore(spec.run_dir(results, run.run_id), run.run_id)
-    store.write_json("spec.json", run.config.to_dict())
+    store = RunStore(tmp_path / "results" / cfg.run_id, cfg.run_id)
+    store.write_json("spec.json", cfg.to_dict())
     with pytest.raises(KeyboardInterrupt):
-        execute_run(RunTask(str(store.run_dir), run.config.to_dict(), "_runfns:eval_curve_run", [str(TESTS)]))
-    monkeypatch.delenv(ENV_THREADS)
+        execute_run(RunTask(str(store.run_dir), cfg.to_dict(), "_runfns:eval_curve_run", [str(TESTS)]))
     monkeypatch.delenv("SOLBENCH_TEST_INTERRUPT_AT")
-    return store
+    return cfg, store
 
 
-def test_a_run_started_on_2_threads_resumes_on_2_even_where_workers_would_give_it_1_core(
-        tmp_path, monkeypatch, private_cores, caplog):
-    # Bug caught: a run whose first attempt ran in-process on 2 threads went on in a worker process
-    # pinned to 1 core on 1 thread (`solbench run --workers 2` with 2 runs left): other numbers.
-    # Now the launcher runs fewer runs at once so that the run gets its 2 threads back; on a
-    # machine with fewer cores than that, the resume says it cannot reproduce them.
-    spec_path = tmp_path / "pinned.yaml"
-    spec_path.write_text(textwrap.dedent(THREE))
-    spec = load_spec(spec_path)
-    results = tmp_path / "results"
-    store = interrupted_after_step_2(spec, results, spec.runs[0], monkeypatch, "2")
-    assert store.read_json("env.json")["torch_threads"] == 2
-
-    monkeypatch.setenv("SOLBENCH_WORKERS", "2")
+def test_a_resume_that_lost_both_records_of_its_numerics_says_so_in_one_line(tmp_path, monkeypatch, private_cores,
+                                                                              caplog):
+    # Bug caught: a resume after env.json (and the status's copy) were lost recording its own numerics as
+    # the run's without a word, so nothing could tell that its rows may not match the first attempt's.
+    cfg, store = interrupted_after_step_2(tmp_path, monkeypatch)
+    recorded = store.read_status()["numerics"]
+    assert recorded == store.read_json("env.json")["numerics"] and recorded["threads"] == 1
+    (store.run_dir / "env.json").unlink()
+    status = store.read_status()
+    del status["numerics"]
+    store.write_json("status.json", status)
     with caplog.at_level(logging.WARNING):
-        outcome = launch_spec(load_spec(spec_path), results, run_fn="_runfns:eval_curve_run", sys_path=[str(TESTS)])
-    assert set(outcome.submission.states.values()) == {"done"}
-    env = store.read_json("env.json")  # its top level: the latest attempt
-    if len(available_cores()) >= 2:
-        assert env["torch_threads"] == 2 and env["cpu_allocation"]["source"] == "recorded"
-        assert env["pid"] == os.getpid()  # run in this process, not in a worker on 1 core
-        assert "go on with the 2 threads their first attempt ran on" in caplog.text
-        assert "numerics_differ" not in env
-    else:  # one core: 2 threads cannot be had without oversubscribing it
-        assert env["numerics_differ"] == ["threads 2 -> 1 (only 1 core(s) here)"]
-    assert [a["attempt"] for a in env["attempts"]] == [1, 2] and env["numerics"]["threads"] == 2
-    assert [r["step"] for r in store.read("metrics")] == [0, 1, 2, 2, 3, 4, 4]
+        assert execute_run(RunTask(str(store.run_dir), cfg.to_dict(), "_runfns:eval_curve_run", [str(TESTS)]))[
+            "state"] == "done"
+    said = [r.getMessage() for r in caplog.records if "numerics" in r.getMessage()]
+    assert said == [f"run {cfg.run_id} resumes from a checkpoint, but the numerics its first attempt ran with are "
+                    "lost (neither env.json nor status.json records them): its rows from here on cannot be shown to "
+                    "match an uninterrupted run's (recorded in its env.json)"]
+    (attempt,) = store.read_json("env.json")["attempts"]
+    assert attempt["numerics_differ"] == ["the first attempt's numerics are unknown (env.json and status.json lost)"]
 
 
-def test_an_explicit_thread_count_that_differs_is_used_said_in_one_line_and_recorded(
-        tmp_path, monkeypatch, private_cores, caplog):
-    # Bug caught: nothing said that a resume ran on other threads than the run's first attempt, and
-    # env.json, rewritten by every attempt, showed only the last one's.
-    spec_path = tmp_path / "pinned.yaml"
-    spec_path.write_text(textwrap.dedent(THREE))
-    spec = load_spec(spec_path)
-    run = spec.runs[0]
-    store = interrupted_after_step_2(spec, tmp_path / "results", run, monkeypatch, "2")
-    monkeypatch.setenv(ENV_THREADS, "1")
-    with caplog.at_level(logging.WARNING):
-        outcome = execute_run(RunTask(str(store.run_dir), run.config.to_dict(), "_runfns:eval_curve_run", [str(TESTS)]))
-    assert outcome["state"] == "done"
-    said = [r.getMessage() for r in caplog.records if "other numerics" in r.getMessage()]
-    assert said == [f"run {run.run_id} resumes with other numerics than the attempt that started it: threads 2 -> 1 "
-                    f"({ENV_THREADS} asks for 1); its rows from here on may differ from an uninterrupted run's "
-                    "(recorded in its env.json)"]
-    env = json.loads((store.run_dir / "env.json").read_text())
-    assert env["numerics"]["threads"] == 2  # the run's setting stays its first attempt's
-    assert [(a["attempt"], a["numerics"]["threads"], a.get("numerics_differ")) for a in env["attempts"]] == [
-        (1, 2, None), (2, 1, [f"threads 2 -> 1 ({ENV_THREADS} asks for 1)"])]
-
-
-def test_a_recorded_thread_count_above_the_cores_here_takes_one_thread_per_core_and_says_it(private_cores):
-    # Bug caught: a resume on fewer cores than its first attempt's threads either oversubscribing
-    # them (every OpenMP region then waits out a time slice) or changing the count unsaid.
+def test_a_resume_on_another_cpu_capability_says_so_and_records_it(tmp_path, monkeypatch, private_cores, caplog):
+    # Bug caught: a resume whose kernels differ from its first attempt's (another CPU kind after a Slurm
+    # requeue, or a capped capability) going on without a word.
+    cfg, store = interrupted_after_step_2(tmp_path, monkeypatch)
+    was = store.read_json("env.json")["numerics"]["cpu_capability"]
     import torch
 
-    from solbench import threads
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "ELSEWHERE")
+    with caplog.at_level(logging.WARNING):
+        execute_run(RunTask(str(store.run_dir), cfg.to_dict(), "_runfns:eval_curve_run", [str(TESTS)]))
+    said = [r.getMessage() for r in caplog.records if "other numerics" in r.getMessage()]
+    assert said == [f"run {cfg.run_id} resumes with other numerics than the attempt that started it: cpu_capability "
+                    f"{was} -> ELSEWHERE; its rows from here on may differ from an uninterrupted run's (recorded in "
+                    "its env.json)"]
+    env = store.read_json("env.json")
+    assert env["numerics"]["cpu_capability"] == was  # the run's record stays its first attempt's
+    assert [a.get("numerics_differ") for a in env["attempts"]] == [None, [f"cpu_capability {was} -> ELSEWHERE"]]
 
-    cores = available_cores()
-    before = torch.get_num_threads()
-    with threads.cpu_allocation(recorded=len(cores) + 1) as alloc:
-        assert (alloc.threads, alloc.source) == (len(cores), "recorded, fewer cores")
-        assert torch.get_num_threads() == len(cores)
-    with threads.cpu_allocation(recorded=1) as alloc:  # fits: taken, on one claimed core
-        assert (alloc.threads, alloc.source) == (1, "recorded") and len(alloc.cores) == 1
-        assert threads.available_cores() == alloc.cores
-    assert torch.get_num_threads() == before and threads.available_cores() == cores
+
+def test_a_thread_count_above_the_cores_here_takes_one_thread_per_core_and_says_it(tmp_path, monkeypatch,
+                                                                                    private_cores, caplog):
+    # Bug caught: a run whose numerics.threads cannot be had running on fewer threads unsaid (its numbers are
+    # then not its spec's), or oversubscribing the cores.
+    many = len(available_cores()) + 1
+    spec_path = tmp_path / "pinned.yaml"
+    spec_path.write_text(textwrap.dedent(THREE))
+    run = load_spec(spec_path).runs[0]
+    cfg = RunConfig.from_dict({**run.config.to_dict(), "numerics": {"threads": many}})
+    store = RunStore(tmp_path / "results" / cfg.run_id, cfg.run_id)
+    with caplog.at_level(logging.WARNING):
+        execute_run(RunTask(str(store.run_dir), cfg.to_dict(), "_runfns:eval_curve_run", [str(TESTS)]))
+    differ = f"threads {many} -> {many - 1} (only {many - 1} core(s) here)"
+    assert [r.getMessage() for r in caplog.records if "numerics" in r.getMessage()] == [
+        f"run {cfg.run_id} cannot have the numerics its config sets: {differ}; its numbers may differ from the same "
+        "spec's elsewhere (recorded in its env.json)"]
+    env = store.read_json("env.json")
+    assert env["attempts"][0]["numerics_differ"] == [differ] and env["cpu_allocation"]["wanted"] == many

@@ -139,6 +139,35 @@ def test_run_id_is_stable_and_excludes_launch(tmp_path):
     ("matrix: {method: [sol_rl], experiment: [x]}\n", r"'experiment' is set by the spec's name"),
     ("matrix: {method: [sol_rl]}\nmatrix: {method: [awm]}\n", r"spec\.yaml:\d+: matrix: duplicate key \(first at line \d+\)"),
     ("matrix: {method: [sol_rl]}\nlaunch: [1]\n", r"launch: Input should be a valid string"),
+    # numbers out of range (models.FIELD_BOUNDS): each failed every run after loading the model, with torch's
+    # "Invalid learning rate: -0.001" (or a run that trained nothing), naming no key or line
+    ("matrix: {method: [sol_rl], finetune.lr: [-1.0e-3]}\n",
+     r"spec\.yaml:\d+: run \(method=sol_rl, finetune\.lr=-0\.001\): finetune\.lr: Input should be greater than 0, "
+     r"got -0\.001"),
+    ("matrix: {method: [sol_rl], finetune.lr: [0.0]}\n", r"finetune\.lr: Input should be greater than 0, got 0\.0"),
+    ("methods: {sol_rl: {finetune: {weight_decay: -0.1}}}\nmatrix: {method: [sol_rl]}\n",
+     r"spec\.yaml:\d+: methods\.sol_rl\.finetune\.weight_decay: Input should be greater than or equal to 0, got -0\.1"),
+    ("matrix: {method: [sol_rl], finetune.grad_clip: [-1.0]}\n",
+     r"finetune\.grad_clip: Input should be greater than or equal to 0, got -1\.0"),
+    ("matrix: {method: [sol_rl], finetune.adam_betas: [[0.9, 1.0]]}\n",
+     r"finetune\.adam_betas\[1\]: Input should be less than 1, got 1\.0"),
+    ("matrix: {method: [sol_rl], sampling.shift: [0.0]}\n", r"sampling\.shift: Input should be greater than 0, got 0\.0"),
+    # counts below 1 and relations between settings, checked with the whole run
+    ("matrix: {method: [sol_rl], eval.every: [0]}\n", r"eval\.every: must be >= 1, got 0"),
+    ("matrix: {method: [sol_rl], eval.seeds_per_prompt: [0]}\n", r"eval\.seeds_per_prompt: must be >= 1, got 0"),
+    ("matrix: {method: [sol_rl], sampling.steps: [0]}\n", r"sampling\.steps: must be >= 1, got 0"),
+    ("matrix: {method: [sol_rl], explore_steps: [12]}\n",
+     r"spec\.yaml:\d+: run \(method=sol_rl, explore_steps=12\): method_config\.explore_steps: 12 explore steps exceed "
+     r"the full rollout budget sampling\.steps=10"),
+    ("matrix: {method: [sol_rl], n: [4], k: [2], explore_steps: [4], sampling.steps: [4]}\n", None),  # equal: fine
+    # the fidelity: block runs after training: what it names is checked now
+    ("matrix: {method: [sol_rl]}\nfidelity: {checkpoint: sol_rl, explore_steps: 8, steps: 4}\n",
+     r"spec\.yaml:\d+: fidelity\.explore_steps: 8 exceeds steps \(4\)"),
+    ("matrix: {method: [sol_rl]}\nfidelity: {checkpoint: sol_rl, recipes: [nvfp4_tiny, none, nvfp4_tinny]}\n",
+     r"spec\.yaml:\d+: fidelity\.recipes\[2\]: unknown quantization recipe 'nvfp4_tinny' \(did you mean 'nvfp4_tiny'\?\)"),
+    ("matrix: {method: [sol_rl]}\nfidelity: {checkpoint: [sol_rl, awm]}\n",
+     r"spec\.yaml:\d+: fidelity\.checkpoint\[1\]: 'awm' is no method of the spec's runs \(sol_rl\) nor 'base'"),
+    ("matrix: {method: [sol_rl]}\nfidelity: {checkpoint: [sol_rl, base], rewards: [shapes_geneval]}\n", None),
 ])
 def test_invalid_specs_fail_before_running_with_file_line_key_and_allowed_values(tmp_path, body, expected):
     path = write(tmp_path, body)
@@ -149,13 +178,40 @@ def test_invalid_specs_fail_before_running_with_file_line_key_and_allowed_values
         load_spec(path)
 
 
-def test_line_numbers_point_at_the_offending_key(tmp_path):
-    path = write(tmp_path, "matrix:\n  method: [sol_rl]\n  nn: [4]\n")
+@pytest.mark.parametrize("body, key", [
+    ("matrix:\n  method: [sol_rl]\n  nn: [4]\n", "nn:"),
+    # a bad value of a run setting: the line that sets it, not the matrix's first line
+    ("matrix:\n  method: [sol_rl]\n  seed: [0]\n  finetune.lr: [-1.0e-3]\n", "finetune.lr:"),
+    ("methods:\n  sol_rl:\n    finetune:\n      lr: 1.0e-4\n      grad_clip: -2.0\nmatrix:\n  method: [sol_rl]\n",
+     "grad_clip:"),
+    ("methods:\n  sol_rl:\n    eval:\n      seeds_per_prompt: 0\nmatrix:\n  method: [sol_rl]\n", "seeds_per_prompt:"),
+    ("matrix:\n  method: [sol_rl]\n  seed: [0]\n  explore_steps: [11]\n", "explore_steps:"),
+])
+def test_line_numbers_point_at_the_offending_key(tmp_path, body, key):
+    path = write(tmp_path, body)
     lines = path.read_text().splitlines()
     with pytest.raises(ConfigError) as info:
         load_spec(path)
     line = int(str(info.value).split(":")[1])
-    assert lines[line - 1].strip().startswith("nn:")
+    assert lines[line - 1].strip().startswith(key), str(info.value)
+
+
+@pytest.mark.parametrize("text, where, problem", [
+    ("name: t\nbase: {iterations: 3\nmatrix: {method: [sol_rl]}\n", ":3:7:", "expected ',' or '}', but got ':' "
+     "(while parsing a flow mapping that began at line 2, column 7)"),
+    ("name: t\nmatrix:\n  method: [sol_rl]\n seed: [0]\n", ":4:2:", "expected <block end>, but found"),
+    ("name: t\ndescription: 'open\n", ":3:1:", "found unexpected end of stream (while scanning a quoted scalar"),
+])
+def test_malformed_yaml_is_one_line_naming_the_file_line_and_column(tmp_path, capsys, text, where, problem):
+    # Bug caught: PyYAML's own message, several lines naming "<unicode string>" instead of the spec file.
+    from solbench.cli import main
+
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    assert main(["expand", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [f"solbench expand: error: {path}{where} invalid YAML: {err.split('invalid YAML: ')[1]}"]
+    assert problem in err and "unicode string" not in err
 
 
 def test_unknown_reward_is_rejected_when_the_registry_exists(tmp_path):

@@ -11,6 +11,7 @@ trainer; the Slurm test skips only when `scontrol ping` fails.
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import textwrap
 from datetime import datetime
@@ -145,11 +146,20 @@ def test_search_space_maps_params_and_rejects_bad_declarations(tmp_path):
         search_space(make_spec(tmp_path, "params: {n: {choices: [4], low: 1, high: 4}}"))
     with pytest.raises(ConfigError, match="whole low/high/step"):
         search_space(make_spec(tmp_path, "params: {n: {low: 1.5, high: 4}}"))
-    with pytest.raises(ConfigError, match="grid: sweep.params.finetune.lr is a continuous"):
+    # a range that reaches outside the field's bounds (FIELD_BOUNDS): a negative learning rate
+    with pytest.raises(ConfigError, match=r"sweeptest.yaml:\d+: sweep.params.finetune.lr.low: should be greater than "
+                                          r"0, got -0.001 \(finetune.lr's range\)"):
+        search_space(make_spec(tmp_path, "params: {finetune.lr: {low: -1.0e-3, high: 1.0e-3, type: float}}"))
+    with pytest.raises(ConfigError, match=r"sweep.params.finetune.weight_decay.choices: should be greater than or "
+                                          r"equal to 0, got -0.1"):
+        search_space(make_spec(tmp_path, "params: {finetune.weight_decay: {choices: [0.0, -0.1]}}"))
+    # a grid sampler needs a finite grid: refused by search_space itself, before a study can exist
+    with pytest.raises(ConfigError, match=r"sweeptest.yaml:\d+: sweep.params.finetune.lr: a continuous or log range, "
+                                          "which sampler grid cannot enumerate"):
         search_space(make_spec(tmp_path, """
             sampler: grid
             params: {finetune.lr: {low: 1.0e-5, high: 1.0e-3, type: float}}
-        """)).grid()
+        """))
     path = tmp_path / "sweeptest.yaml"
     path.write_text(path.read_text().replace("seed: [0]", "seed: [0, 1]"))
     with pytest.raises(ConfigError, match=r"sweeptest.yaml:\d+: matrix.seed: 2 values.*sweep.params.seed"):
@@ -325,6 +335,65 @@ def test_a_crashing_run_fails_its_trial_with_the_error_and_the_others_complete(t
     rows = RunStore(spec.run_dir(results, ok.user_attrs["run_id"]), "x").read("metrics")
     last_train = [r["value"] for r in rows if r["split"] == "train" and r["metric"] == "reward"][-1]
     assert ok.state.name == "COMPLETE" and ok.value == last_train
+
+
+# ----------------------------------------------------------------------------------------------
+# A rejected spec leaves no study behind
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad, good, message", [
+    ("objective: {metric: shapes_clip}", "objective: {metric: shapes_geneval}",
+     r"sweeptest.yaml:\d+: sweep.objective.metric: 'shapes_clip' is not an eval reward of the runs "
+     r"\(eval.rewards: shapes_geneval\)"),
+    ("sampler: grid\nparams: {n: {choices: [8]}, k: {choices: [2]}, finetune.lr: {low: 1.0e-4, high: 1.0e-3, type: float}}",
+     "sampler: grid\nparams: {n: {choices: [8]}, k: {choices: [2]}, finetune.lr: {choices: [1.0e-4, 1.0e-3]}}",
+     r"sweeptest.yaml:\d+: sweep.params.finetune.lr: a continuous or log range, which sampler grid cannot enumerate"),
+])
+def test_a_rejected_sweep_spec_creates_no_study_and_the_corrected_spec_runs(tmp_path, capsys, bad, good, message):
+    # Bug caught: `solbench sweep` refused the objective's metric (or a grid sampler's continuous range) only
+    # after it had created optuna.db with that definition, so the corrected spec was refused in turn: "sweep.objective
+    # differs from the one study 'sweeptest' ... was created with".
+    body = "trials: 1\nstorage: sqlite\npruner: {kind: none}\n"
+    params = "params: {n: {choices: [8]}, k: {choices: [2]}}\n"
+    spec = make_spec(tmp_path, body + bad + ("" if "params:" in bad else "\n" + params))
+    results = tmp_path / "results"
+    args = ["sweep", str(spec.path), "--results", str(results), "--run-fn", RUN_FN, "--poll", "0.2", "--no-collect"]
+    assert cli(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("solbench sweep: error: "), err
+    assert re.search(message, err), err
+    assert not (results / "sweeptest" / "sweep" / "optuna.db").exists()  # nothing recorded the bad definition
+
+    spec.path.write_text(spec.path.read_text().replace(bad.split("\n")[-1], good.split("\n")[-1]))
+    assert cli(args) == 0, capsys.readouterr().err
+    (trial,) = open_study(load_spec(spec.path), results, create=False).trials
+    assert trial.state.name == "COMPLETE" and trial.params["n"] == 8
+
+
+def test_a_study_of_rejected_trials_only_is_started_anew_by_a_corrected_spec(tmp_path):
+    # Bug caught: a spec whose every combination the spec rejects (K > N) left a study that holds no result,
+    # yet refused the corrected search space as another one ("sweep.params differs from the one study ...").
+    spec = make_spec(tmp_path, """
+        trials: 1
+        sampler: grid
+        storage: journal
+        params: {n: {choices: [2]}, k: {choices: [4]}}
+    """)
+    results = tmp_path / "results"
+    first = sweep(spec, results).run()
+    (rejected,) = first.study.trials
+    assert rejected.state.name == "FAIL" and rejected.user_attrs["invalid"]
+
+    spec.path.write_text(spec.path.read_text().replace("k: {choices: [4]}", "k: {choices: [2]}"))
+    second = sweep(load_spec(spec.path), results).run()
+    (trial,) = second.study.trials
+    assert trial.state.name == "COMPLETE" and trial.value == pytest.approx(quality(2, 2))
+    assert any("held only 1 trial(s) the spec rejected" in note and "started anew" in note for note in second.notes)
+
+    # a study that holds a result is still refused under another definition (test_the_study_persists... too)
+    spec.path.write_text(spec.path.read_text().replace("n: {choices: [2]}", "n: {choices: [4]}"))
+    with pytest.raises(ConfigError, match="sweep.params differs from the one study"):
+        sweep(load_spec(spec.path), results).run()
 
 
 # ----------------------------------------------------------------------------------------------

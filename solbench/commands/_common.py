@@ -1,4 +1,5 @@
-"""Helpers shared by the experiment commands (run, expand, collect, status, sweep)."""
+"""Helpers shared by the experiment commands (run, expand, collect, status, sweep), and the checks every
+command makes before it starts (``check_environment``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,19 @@ from rich.console import Console
 
 DEFAULT_RESULTS = os.environ.get("SOLBENCH_RESULTS", "results")
 DEFAULT_REPORTS = os.environ.get("SOLBENCH_REPORTS", "reports")
+
+
+def check_environment() -> None:
+    """Environment settings no command accepts, refused before any work as one line (a ConfigError):
+    SOLBENCH_THREADS (solbench.threads.check_env), by every command, not only those that launch runs
+    (fidelity and sweep run work outside the launcher)."""
+    from solbench.errors import ConfigError
+    from solbench.threads import check_env
+
+    try:
+        check_env()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def add_spec_argument(parser: argparse.ArgumentParser) -> None:

@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
     parser.add_argument("--batch-seeds", type=int, default=None,
                         help="seeds per sampling call (memory bound; default all of a prompt's seeds)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU threads the run computes on, part of its id as numerics.threads is a training run's "
+                             "(default: the checkpoint run's, else 1)")
     parser.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR", help=f"results root (default {DEFAULT_RESULTS})")
     parser.add_argument("--reports", default=DEFAULT_REPORTS, metavar="DIR", help=f"reports root (default {DEFAULT_REPORTS})")
     parser.add_argument("--force", action="store_true", help="rerun a fidelity run that is done already")
@@ -70,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from solbench.fidelity import FidelitySettings, run, summary
+    from solbench.fidelity import FidelitySettings, check_recipe, run, summary
 
     import dataclasses
 
@@ -81,8 +84,10 @@ def main(args: argparse.Namespace) -> int:
         steps=args.steps, explore_steps=args.explore_steps, sampler=args.sampler, guidance=args.guidance,
         shift=args.shift, recipe=args.recipe, backend=args.backend,
         rewards=[r.strip() for r in (args.rewards or "").split(",") if r.strip()], run_seed=args.run_seed,
-        device=args.device, batch_seeds=args.batch_seeds)
+        device=args.device, batch_seeds=args.batch_seeds, threads=args.threads)
     recipes = [r.strip() for r in (args.recipes or "").split(",") if r.strip()] or [settings.recipe]
+    for recipe in recipes:  # every recipe before any work: not a traceback after the first one has run
+        check_recipe(recipe, "--recipes" if args.recipes else "--recipe")
     from solbench.results import RunStore
 
     for recipe in recipes:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 
 from solbench.commands._common import (DEFAULT_REPORTS, add_only_argument, add_results_argument, add_spec_argument,
@@ -73,9 +74,10 @@ def main(args) -> int:
     board = build_board(spec, runs, args.results)
     display = LiveDisplay(board, enabled=not args.quiet and main_rank)
 
+    force_since = time.time() if args.force else None  # --force redoes what started before this request
     with display:
         result = launch_spec(spec, args.results, profile_name=args.launch, run_fn=args.run_fn, force=args.force,
-                             only=only, display=display)
+                             only=only, display=display, force_since=force_since)
     if not main_rank:
         return 0
     plan = result.plan
@@ -106,6 +108,8 @@ def main(args) -> int:
                   markup=False)
         with LiveDisplay(board, enabled=not args.quiet) as waiting:
             wait_for_runs({rid: run_dirs[rid] for rid in busy}, display=waiting)
+        if args.force and result.executor != "slurm":
+            result = _force_what_others_ran(out, spec, args, result, busy, run_dirs, force_since, board)
         states = {rid: s for rid, (s, _) in run_states(run_dirs).items()}
 
     failed = sorted(rid for rid, s in states.items() if s != "done")
@@ -134,6 +138,27 @@ def main(args) -> int:
                   f"(see `solbench status {args.spec} --tracebacks`)", markup=False)
         return 1
     return 0 if reported else 1
+
+
+def _force_what_others_ran(out, spec, args, result, waited: list[str], run_dirs, force_since: float, board):
+    """--force beside another launcher: the runs it was executing when this one planned were waited for;
+    those whose execution started before the --force request are run again now (those it started
+    after are the fresh results --force asked for)."""
+    from solbench.launch import _older_than
+
+    stale = [rid for rid in waited if _older_than(run_states({rid: run_dirs[rid]})[rid][1], force_since)]
+    if not stale:
+        return result
+    out.print(f"--force: {len(stale)} run(s) another process was executing started before this request; running "
+              f"them again: {', '.join(stale)}", markup=False)
+    with LiveDisplay(board, enabled=not args.quiet) as display:
+        again = launch_spec(spec, args.results, profile_name=args.launch, run_fn=args.run_fn, force=True, only=stale,
+                            display=display, force_since=force_since)
+    if result.submission is None:
+        return again
+    if again.submission is not None:
+        result.submission.states.update(again.submission.states)
+    return result
 
 
 def report_or_say_why(out, spec, args) -> bool:

@@ -44,9 +44,10 @@ from solbench.hub import MODEL_DOWNLOAD_EXCLUDES, model_download_command  # noqa
 
 from .gpu import _gib, check_gpus, native_formats, recipe_format
 from .memory import (GPU_MEMORY_GB, REWARD_PARAMS_B, _bits, _host_memory, check_memory, estimate_gpu_gb,
-                     estimate_host_gb, estimate_total_gb, memory_items, profile_from_needs, worst_profile)
+                     estimate_host_gb, estimate_total_gb, memory_items, merged_copy_fits, merged_copy_gb,
+                     profile_from_needs, worst_profile)
 from .needs import (MemoryProfile, SpecNeeds, _add_run, _merged, _minimal_spec_needs, _runs_cfg, _whole_batch,
-                    check_prompt_files, check_spec, spec_needs)
+                    check_prompt_files, check_spec, run_profile, spec_needs)
 from .packages import (GPU_EXTRA, REFERENCE_REWARD_PACKAGES, TE_INSTALL, _version, check_packages,
                        te_import_error)
 from .rows import FAIL, INFO, OK, WARN, Row

@@ -24,6 +24,7 @@ from .weights import MODEL_WEIGHTS
 
 # GPUs the docs size the real specs for: usable memory, GB
 GPU_MEMORY_GB = {"B200": 180.0, "H100": 80.0}
+FIT_SHARE = 0.95  # a run fits a GPU when its estimate is at most this share of the GPU's memory
 
 # Reward models: fp32 parameters, billions (for the memory estimate).
 REWARD_PARAMS_B = {"imagereward": 0.47, "pickscore": 0.99, "hpsv2": 0.99, "clipscore": 0.43}
@@ -38,6 +39,22 @@ def _bits(formats: set[str]) -> float:
     if "FP8" in formats:
         return 8.0
     return 16.0
+
+
+def merged_copy_gb(model: str) -> float:
+    """GB of a merged rollout copy of ``model`` (solbench.policy): its LoRA-adapted linears in bf16, the rest
+    shared with the policy. The default targets are square projections of the model's width, so a layer with
+    r (in + out) = 2 r hidden LoRA parameters holds hidden^2 weights."""
+    mw = MODEL_WEIGHTS[model]
+    layers = mw.lora_params_per_rank_m * 1e6 / (2 * mw.hidden)
+    return layers * mw.hidden ** 2 * 2 / 1e9
+
+
+def merged_copy_fits(profile: MemoryProfile, capacity_gb: float) -> tuple[bool, float]:
+    """(whether the run fits a GPU of ``capacity_gb`` with a merged rollout copy, its estimate with the copy):
+    what model.rollout_copy: auto decides by (solbench.rollout_copy)."""
+    need = estimate_total_gb(memory_items(dataclasses.replace(profile, rollout_copy="merged")))
+    return need <= capacity_gb * FIT_SHARE, need
 
 
 def profile_from_needs(needs: SpecNeeds, model: str) -> MemoryProfile:
@@ -91,6 +108,9 @@ def memory_items(profile: MemoryProfile | SpecNeeds, model: str | None = None) -
         label = next(iter(sorted(p.formats)), "bf16") if bits < 16 else "bf16"
         items.append((f"weights/explore_copy: explore copy ({label} quantized linears; the rest shared with the policy)",
                       mw.transformer_b * 0.98 * bits / 8))
+    if p.rollout_copy == "merged" and not p.full_finetune:
+        items.append(("weights/rollout_copy: merged rollout copy (bf16 LoRA-adapted linears; the rest shared with the policy)",
+                      merged_copy_gb(p.model)))
     frozen = mw.frozen_b * 2
     items.append(("weights/frozen: text encoders + VAE (bf16)" + (", offloaded to host" if p.cpu_offload else ""),
                   0.0 if p.cpu_offload else frozen))
@@ -183,8 +203,16 @@ def check_memory(needs: SpecNeeds | None = None, cuda: Any = None, host: tuple[f
                     if profile.explore and profile.formats & {"NVFP4", "MXFP4"} else total)
             fits = ", ".join(
                 f"{gpu} ({cap:.0f} GB{', FP8 explore copy: %.1f GB' % need if need != total else ''}) "
-                f"{'fits' if need <= cap * 0.95 else 'does NOT fit'}"
+                f"{'fits' if need <= cap * FIT_SHARE else 'does NOT fit'}"
                 for gpu, cap, need in (("B200", GPU_MEMORY_GB["B200"], total), ("H100", GPU_MEMORY_GB["H100"], h100)))
+            if profile.rollout_copy == "auto" and not profile.full_finetune:
+                picks = []
+                for gpu, prof in (("B200", profile), ("H100", dataclasses.replace(profile, formats=frozenset({"FP8"}))
+                                                       if h100 != total else profile)):
+                    fits_copy, with_copy = merged_copy_fits(prof, GPU_MEMORY_GB[gpu])
+                    picks.append(f"{gpu} {'merged' if fits_copy else 'LoRA'} ({with_copy:.1f} GB with it)")
+                fits += (f"; model.rollout_copy auto, a {merged_copy_gb(model):.1f} GB merged rollout copy: "
+                         + ", ".join(picks))
             rows.append(Row("memory", f"{model}/total", INFO,
                             f"{total:.1f} GB (largest activation phase only); {fits}", gb=total))
     if cuda.is_available():

@@ -64,6 +64,7 @@ class MemoryProfile:
     rewards: frozenset = frozenset()
     cfg: bool | None = None  # two forwards per sample (CFG); None = the model's default guidance
     text_max_length: int | None = None  # model.text_max_length: T5 / Gemma tokens per prompt; None = default
+    rollout_copy: str = "lora"  # model.rollout_copy: merged counts the merged rollout copy; auto is resolved per GPU
     label: str = ""  # which run(s): "sol_rl", ...
 
 
@@ -126,7 +127,8 @@ def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
             gradient_checkpointing=bool(model.get("gradient_checkpointing", False)),
             full_finetune=finetune.get("mode") == "full", lora_rank=int(finetune.get("lora_rank", 32) or 32),
             rewards=frozenset(rewards), cfg=_runs_cfg(name, (run.get("sampling") or {}).get("guidance")),
-            text_max_length=model.get("text_max_length"), label=str(method or ""))
+            text_max_length=model.get("text_max_length"), label=str(method or ""),
+            rollout_copy=str(model.get("rollout_copy", "auto")) if finetune.get("mode", "lora") == "lora" else "lora")
         same = next((p for p in needs.profiles if dataclasses.replace(p, label="") == dataclasses.replace(profile, label="")), None)
         if same is None:
             needs.profiles.append(profile)
@@ -140,6 +142,14 @@ def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
     eval_prompts = (run.get("eval") or {}).get("prompts")
     if eval_prompts and is_prompt_path(str(eval_prompts)):
         needs.prompt_files.add(str(eval_prompts))
+
+
+def run_profile(run: Mapping[str, Any]) -> "MemoryProfile | None":
+    """The memory profile of one run (a RunConfig as a dict), or None for a model the memory model has
+    no row for (the embedded tiny model)."""
+    needs = SpecNeeds()
+    _add_run(needs, run)
+    return needs.profiles[0] if needs.profiles else None
 
 
 def _whole_batch(run: Mapping[str, Any], key: str) -> int:

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .execute import (DEFAULT_RUN_FN, RunTask, _cuda, _jsonable, _now, _older_than, _rank, _read_env, _slurm_job_id,
-                      _why_threads, execute_run, resolve_run_fn, run_fn_ref)
+                      execute_run, resolve_run_fn, run_fn_ref)
 from .local import (WORKERS_ENV, _end_with_parent, _execute_in_workers, _init_local_worker, _quiet_resource_tracker,
-                    _stop_workers, _terminate_as_interrupt, core_shares, fit_recorded_threads, launch_local,
-                    local_workers)
+                    _stop_workers, _terminate_as_interrupt, core_shares, fit_threads, launch_local, local_workers,
+                    run_threads)
 from .locks import LOCK_FILE, lock_is_held, run_lock
 from .plan import LaunchPlan, Submission, plan_runs, preflight, prepare_run
 from .slurm import RunJob, _checkpointable_base, launch_slurm, slurm_executor
@@ -63,14 +63,24 @@ class LaunchResult:
 
 def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str | None = None,
                 run_fn: str | Callable = DEFAULT_RUN_FN, force: bool = False, only: Sequence[str] | None = None,
-                display=None, sys_path: Sequence[str] = ()) -> LaunchResult:
-    """Launch every run of ``spec`` that is not done (all of them with ``force``)."""
+                display=None, sys_path: Sequence[str] = (), force_since: float | None = None) -> LaunchResult:
+    """Launch every run of ``spec`` that is not done (all of them with ``force``).
+
+    ``force_since``: when the --force request was made (default: now); a run whose execution started
+    after it is not redone."""
     from solbench.spec import check_launch, load_profile
 
     from solbench.distributed import join_launch_group
 
+    from solbench.errors import ConfigError
+    from solbench.threads import check_env
+
+    try:
+        check_env()  # SOLBENCH_THREADS would change the numbers from outside the spec: refused before any run
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     results_root = Path(results_root)
-    force_since = time.time() if force else None  # the --force request: runs started after it are not redone
+    force_since = (force_since or time.time()) if force else None  # the --force request: runs started after it are kept
     profile_path, profile = load_profile(profile_name or spec.launch, spec.path)
     if profile.executor != "local":
         check_launch(spec, profile_path, profile)
@@ -88,8 +98,7 @@ def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str
         if not plan.to_launch:
             return LaunchResult(plan, None, profile_path, profile.executor)
         preflight(spec, plan.to_launch)
-        workers = 1 if group.enabled else local_workers(profile.workers, len(plan.to_launch))
-        workers = fit_recorded_threads(spec, plan.to_launch, results_root, workers)
+        workers = 1 if group.enabled else fit_threads(plan.to_launch, local_workers(profile.workers, plan.to_launch))
         submission = launch_local(spec, plan.to_launch, results_root, run_fn=run_fn, force=force, display=display,
                                   sys_path=sys_path, group=group if group.enabled else None,
                                   force_since=force_since, workers=workers)

@@ -32,7 +32,7 @@ from solbench import numerics
 from solbench.config import RunConfig
 from solbench.errors import ConfigError, SolbenchError
 from solbench.results import RunStore, capture_env
-from solbench.threads import ENV_THREADS, cpu_allocation
+from solbench.threads import cpu_allocation
 
 from .locks import LOCK_FILE, run_lock
 from .states import LAUNCH_FILE
@@ -150,22 +150,26 @@ def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str,
         if progress is not None:
             writer.add_listener(progress)
         try:
-            # The run's threads follow its allocation (SOLBENCH_THREADS, Slurm's cpus-per-task, or
-            # the cores it can claim beside other local runs) on its first attempt, and what that
-            # attempt recorded on every later one (solbench.numerics); env.json keeps every attempt.
+            # The run's threads are its config's (numerics.threads; solbench.threads pins them to cores of
+            # their own where free); the machine's side of its numerics is compared with what its first
+            # attempt recorded, in env.json and in status.json (solbench.numerics).
             on_gpu = cfg.device == "cuda" or (cfg.device == "auto" and _cuda())
             previous_env = _read_env(store)
-            recorded = numerics.recorded_setting(previous_env)
-            with cpu_allocation(device="cuda" if on_gpu else "cpu", recorded=numerics.threads_of(recorded)) as cpus:
+            recorded = numerics.recorded_setting(previous_env, previous)
+            with cpu_allocation(cfg.numerics.threads, device="cuda" if on_gpu else "cpu") as cpus:
                 env = capture_env(cpus=cpus)
-                differ = numerics.differences(recorded, numerics.setting_of(env),
-                                              why_threads=_why_threads(cpus)) if recorded else []
-                if differ:
-                    log.warning("%s", numerics.resume_warning(cfg.run_id, differ))
+                now = numerics.setting_of(env)
+                differ = numerics.differences(recorded, now, wanted_threads=cpus.wanted, why_threads=cpus.shortfall())
+                if recorded is None and store.has_checkpoint():
+                    log.warning("%s", numerics.unproven_warning(cfg.run_id))
+                    differ.append("the first attempt's numerics are unknown (env.json and status.json lost)")
+                elif differ:
+                    log.warning("%s", numerics.resume_warning(cfg.run_id, differ, first=recorded is None))
                 store.write_json("env.json", numerics.with_attempt(previous_env, env, attempt=attempt,
                                                                    recorded=recorded, differ=differ))
                 store.write_status("running", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
-                                   slurm_job_id=_slurm_job_id(), started_at=_now(), started_ts=started)
+                                   slurm_job_id=_slurm_job_id(), started_at=_now(), started_ts=started,
+                                   numerics=recorded or now)
                 run_fn = resolve_run_fn(task.run_fn)
                 result = run_fn(cfg, store, progress=writer)
         except Exception as err:  # a crashed run is recorded and the others carry on
@@ -190,14 +194,6 @@ def _read_env(store: RunStore) -> dict | None:
     except (OSError, ValueError) as err:
         log.warning("%s: unreadable env.json (%s); this attempt records its own numerics setting", store.run_dir, err)
         return None
-
-
-def _why_threads(cpus) -> str:
-    if cpus.source == "explicit":
-        return f"{ENV_THREADS} asks for {cpus.threads}"
-    if cpus.source == "recorded, fewer cores":
-        return f"only {cpus.threads} core(s) here"
-    return ""
 
 
 def _cuda() -> bool:

@@ -124,6 +124,12 @@ def check_model_settings(cfg: ModelConfig) -> None:
     if cfg.text_max_length is not None and (not isinstance(cfg.text_max_length, int) or cfg.text_max_length < 1):
         raise ConfigError(f"model.text_max_length must be an integer >= 1 or null (the model's default), "
                           f"got {cfg.text_max_length!r}")
+    from solbench.compile import check_setting
+    from solbench.config import ROLLOUT_COPY_SETTINGS
+
+    check_setting(cfg.compile)
+    if cfg.rollout_copy not in ROLLOUT_COPY_SETTINGS:
+        raise ConfigError(f"model.rollout_copy must be one of {', '.join(ROLLOUT_COPY_SETTINGS)}, got {cfg.rollout_copy!r}")
 
 
 def _build_tiny(cfg: ModelConfig, device, dtype) -> ModelAdapter:

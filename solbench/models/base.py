@@ -216,6 +216,34 @@ class ModelAdapter(ABC):
         """FLOPs of one network forward for one sample (solbench.flops), None where unknown."""
         return None
 
+    # -- resolution -------------------------------------------------------------------------------
+    resolution: int | None = None  # image side in pixels that samples are drawn at
+    # what depends on the resolution: an adapter's _set_resolution sets these, at_resolution restores them
+    RESOLUTION_STATE = ("resolution", "latent_shape", "default_shift", "img_ids")
+
+    def _set_resolution(self, resolution: int) -> None:
+        """Make the adapter sample ``resolution`` px images (latent shape and whatever else depends on it)."""
+        raise ConfigError(f"eval.resolution: the {self.name} model samples only at its own {self.resolution} px, "
+                          f"not {resolution} px; leave eval.resolution unset (null)")
+
+    @contextlib.contextmanager
+    def at_resolution(self, resolution: int | None):
+        """Inside the block the adapter samples ``resolution`` px images (an evaluation protocol's,
+        eval.resolution, for a run trained at another); None or its own resolution changes nothing."""
+        if resolution is None or resolution == self.resolution:
+            yield self
+            return
+        if not isinstance(resolution, int) or resolution < 1:
+            raise ConfigError(f"eval.resolution must be a positive number of pixels or null, got {resolution!r}")
+        saved = {name: vars(self)[name] for name in self.RESOLUTION_STATE if name in vars(self)}
+        self._set_resolution(resolution)
+        try:
+            yield self
+        finally:
+            for name in self.RESOLUTION_STATE:
+                vars(self).pop(name, None)
+            vars(self).update(saved)
+
     # -- schedule and decoding -------------------------------------------------------------------
     def sigmas(self, steps: int, shift: float | None = None) -> Tensor:
         """Float32 [steps + 1] schedule from 1 to 0 with ``shift`` (None = the model's default)."""

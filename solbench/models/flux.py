@@ -32,11 +32,16 @@ class FluxAdapter(DiffusersAdapter):
         if max_sequence_length is not None:
             self.max_sequence_length = max_sequence_length
         cfg = self.transformer.config
-        self.resolution = int(resolution or pipe.default_sample_size * pipe.vae_scale_factor)
-        side = 2 * (self.resolution // (pipe.vae_scale_factor * 2))
-        self.latent_shape = (cfg.in_channels // 4, side, side)
         self.guidance_mode = "distilled" if cfg.guidance_embeds else "none"
         self.default_guidance = 3.5 if cfg.guidance_embeds else None
+        self._set_resolution(int(resolution or pipe.default_sample_size * pipe.vae_scale_factor))
+
+    def _set_resolution(self, resolution: int) -> None:
+        """Latent shape, image ids and the scheduler's resolution-dependent shift at ``resolution`` px."""
+        pipe = self.pipe
+        self.resolution = resolution
+        side = 2 * (self.resolution // (pipe.vae_scale_factor * 2))
+        self.latent_shape = (self.transformer.config.in_channels // 4, side, side)
         sched = pipe.scheduler.config
         if sched.get("use_dynamic_shifting", False):
             from diffusers.pipelines.flux.pipeline_flux import calculate_shift

@@ -55,13 +55,15 @@ class SanaAdapter(DiffusersAdapter):
         if max_sequence_length is not None:
             self.max_sequence_length = max_sequence_length
         self.complex_human_instruction = _pipeline_default_instruction() if prompt_instruction else None
-        cfg = self.transformer.config
-        self.resolution = int(resolution or cfg.sample_size * pipe.vae_scale_factor)
-        side = self.resolution // pipe.vae_scale_factor
-        self.latent_shape = (cfg.in_channels, side, side)
+        self._set_resolution(int(resolution or self.transformer.config.sample_size * pipe.vae_scale_factor))
         sched = pipe.scheduler.config
         self.default_shift = sched.get("flow_shift", None) or sched.get("shift", 1.0)
         self._uncond: Cond | None = None
+
+    def _set_resolution(self, resolution: int) -> None:
+        self.resolution = resolution
+        side = self.resolution // self.pipe.vae_scale_factor
+        self.latent_shape = (self.transformer.config.in_channels, side, side)
 
     @classmethod
     def from_components(cls, *, transformer, vae, text_encoder, tokenizer, scheduler=None, **kwargs) -> "SanaAdapter":

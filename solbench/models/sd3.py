@@ -32,10 +32,13 @@ class SD3Adapter(DiffusersAdapter):
         super().__init__(pipe, device=device, full_dtype=full_dtype, cpu_offload=cpu_offload)
         if max_sequence_length is not None:
             self.max_sequence_length = max_sequence_length
-        self.resolution = int(resolution or pipe.default_sample_size * pipe.vae_scale_factor)
-        side = self.resolution // pipe.vae_scale_factor
-        self.latent_shape = (self.transformer.config.in_channels, side, side)
+        self._set_resolution(int(resolution or pipe.default_sample_size * pipe.vae_scale_factor))
         self.default_shift = pipe.scheduler.config.get("shift", 1.0)
+
+    def _set_resolution(self, resolution: int) -> None:
+        self.resolution = resolution
+        side = self.resolution // self.pipe.vae_scale_factor
+        self.latent_shape = (self.transformer.config.in_channels, side, side)
 
     @classmethod
     def from_components(cls, *, transformer, vae, text_encoder, tokenizer, text_encoder_2, tokenizer_2,

@@ -31,6 +31,7 @@ class TinyAdapter(ModelAdapter):
         if self.transformer.dtype != full_dtype:  # a no-op .to() still makes diffusers warn
             self.transformer.to(full_dtype)
         self.latent_shape = tuple(model.config.latent_shape)
+        self.resolution = int(model.config.resolution)  # pixel space: the only resolution it samples at
         # The sigma shift the weights were chosen with (tiny_t2i.json; v1: 1.0, a uniform grid).
         self.default_shift = None if model.config.shift == 1.0 else float(model.config.shift)
         self._flops: float | None = None

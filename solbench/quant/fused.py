@@ -20,6 +20,11 @@ When it is used (`kernel(name, x)` returns None otherwise and `formats` runs its
   compiler, an inductor error) is reported once as a warning and the eager path is used from
   then on. Shapes are compiled dynamically (no recompile per new activation shape); each input
   dtype compiles once per process (inductor's on-disk cache makes later processes fast).
+
+`native_kernel(name)` is the other entry: the scaled-matmul backend's activation quantizer
+(`_fp8_tensor_rows`, two passes over the input) compiled for whatever device the input is on, GPUs
+included, with inductor's eager division rounding so that it keeps the eager path's bits there too
+(scripts/gpu_check.py compares them on the GPU; tests/test_quant_native.py on CPU).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-__all__ = ["kernel", "MIN_ELEMENTS", "enabled", "disable", "single_thread_if_small", "SMALL_ELEMENTS"]
+__all__ = ["kernel", "native_kernel", "eager_numerics_options", "MIN_ELEMENTS", "enabled", "disable", "single_thread_if_small", "SMALL_ELEMENTS"]
 
 # Tensors below this many elements take the eager path (a compiled call costs tens of us).
 MIN_ELEMENTS = int(os.environ.get("SOLBENCH_QUANT_COMPILE_MIN", 1 << 16))
@@ -212,6 +217,25 @@ def _decode_e4m3(raw: torch.Tensor, table: torch.Tensor, decode: torch.Tensor, d
     return (table[raw.long()] * decode).to(dtype)
 
 
+def _fp8_tensor_rows(x2d: torch.Tensor):
+    """native.quantize_fp8_rows in two passes over the input: the amax reduction (with TE's scale
+    computed from it in the same kernel's epilogue) and one elementwise pass that scales and casts.
+
+    The eager chain read the input three times and wrote two fp32 copies of it (aminmax, an fp32 copy,
+    the scaled fp32 copy, then the cast: about 21 bytes per bf16 element); here about 5 (read twice,
+    write one byte). Same operations in the same order as the eager path, so the same bits: the scale
+    is an explicit fp32 division (``448 / amax`` on a tensor would be torch's rtruediv, a reciprocal and
+    a product, two roundings), and the decode scale ``1 / encode`` a division too (compiled with
+    inductor's eager division rounding on GPUs, ``native_kernel``). max |x| of the input dtype equals
+    aminmax's max(high, -low) exactly (abs is exact); -0.0 and 0.0 both give the unit scale.
+    """
+    amax = x2d.abs().amax().float()
+    one = torch.ones_like(amax)
+    encode = torch.where(amax == 0, one, torch.clamp(torch.full_like(amax, 448.0) / amax, max=_FLT_MAX))
+    codes = (x2d.float() * encode).to(torch.float8_e4m3fn)  # RNE; |x * encode| <= 448 by construction
+    return codes, one / encode
+
+
 _KERNELS: Dict[str, Callable] = {
     "absmax_blocks": _absmax_blocks,
     "nvfp4_block_scales": _nvfp4_block_scales,
@@ -223,6 +247,7 @@ _KERNELS: Dict[str, Callable] = {
     "fake_e4m3": _fake_e4m3,
     "encode_e4m3": _encode_e4m3,
     "decode_e4m3": _decode_e4m3,
+    "fp8_tensor_rows": _fp8_tensor_rows,
 }
 
 
@@ -255,18 +280,48 @@ def kernel(name: str, x: torch.Tensor) -> Optional[Callable]:
         return None
     if x.requires_grad and torch.is_grad_enabled():
         return None
-    fn = _COMPILED.get(name)
+    return _compiled_once(name, name)
+
+
+def _compiled_once(key: str, name: str, options: Optional[dict] = None) -> Optional[Callable]:
+    """Kernel `name` compiled once per process under `key` (dynamic shapes, inductor `options`), guarded
+    by `_guarded`; None (and compilation off from then on) where torch.compile itself fails."""
+    fn = _COMPILED.get(key)
     if fn is None:
         with _LOCK:
-            fn = _COMPILED.get(name)
+            fn = _COMPILED.get(key)
             if fn is None:
                 try:
-                    compiled = torch.compile(_KERNELS[name], dynamic=True, fullgraph=True)
-                except Exception as exc:  # torch.compile itself unavailable
+                    compiled = torch.compile(_KERNELS[name], dynamic=True, fullgraph=True, options=options or None)
+                except Exception as exc:  # torch.compile itself unavailable, or an option this torch lacks
                     disable(f"{type(exc).__name__}: {exc}")
                     return None
-                fn = _COMPILED[name] = _guarded(name, compiled)
+                fn = _COMPILED[key] = _guarded(name, compiled)
     return fn
+
+
+def eager_numerics_options() -> dict:
+    """inductor options that make a GPU kernel round like eager torch: IEEE division (Triton's ``/`` is an
+    approximate ``div.full``) and no flushing of fp32 subnormals. Named per torch release; {} where this
+    torch has neither (the C++ CPU backend divides exactly anyway)."""
+    try:
+        from torch._inductor import config
+    except Exception:  # pragma: no cover - torch without inductor
+        return {}
+    if hasattr(config, "eager_numerics"):
+        return {"eager_numerics.division_rounding": True, "eager_numerics.disable_ftz": True}
+    if hasattr(config, "emulate_divison_rounding"):  # torch <= 2.11 spells it so
+        return {"emulate_divison_rounding": True}
+    return {}
+
+
+def native_kernel(name: str) -> Callable:
+    """Compiled kernel ``name`` for the scaled-matmul backend (solbench.quant.native), on any device:
+    compiled once per process with dynamic shapes and eager division rounding; the eager arithmetic
+    while compilation is off or has failed (``disable``, SOLBENCH_QUANT_COMPILE=0), bit-identical."""
+    if _STATE["disabled"]:
+        return _KERNELS[name]
+    return _compiled_once(f"native:{name}", name, eager_numerics_options()) or _KERNELS[name]
 
 
 _GUARD = {"depth": 0, "saved": None}

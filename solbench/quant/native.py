@@ -7,7 +7,14 @@ per-tensor scale; NVFP4 packed E2M1 codes, E4M3 block scales in cuBLAS's swizzle
 per-tensor scale) and runs torch's scaled matrix multiply on it:
 
 - FP8 (Ada sm_89, Hopper sm_90, Blackwell): ``torch._scaled_mm`` with per-tensor scales, the
-  input quantized on every forward with TE's current scaling (scale = 448 / amax).
+  input quantized on every forward with TE's current scaling (scale = 448 / amax) by one compiled
+  function of two passes over the input (amax with the scale, then scale and cast:
+  solbench.quant.fused.native_kernel); inside a compiled forward (solbench.compile) the same
+  arithmetic is traced into the block's graph, where inductor fuses the quantizations of a tensor that
+  several layers read (q, k, v) into one pass: the input read and its amax and scale computed once,
+  each layer's codes written by that pass (tests/test_quant_native.py reads the generated code). Eager
+  forwards quantize per layer. ``fast_accum`` (quant.fast_accum)
+  lets the FP8 GEMM accumulate in its faster, less precise mode (``use_fast_accum``).
 - NVFP4 (Blackwell sm_100+): ``torch._scaled_mm`` on ``float4_e2m1fn_x2`` operands with swizzled
   E4M3 block scales (torchao's NVFP4 route), times the two per-tensor decode scales.
 
@@ -20,7 +27,8 @@ order and its output rounding differ (tests/test_quant_native.py, scripts/gpu_ch
 
 Inputs are not checked for NaN/inf on every forward (that is a host sync): a non-finite explore
 rollout shows up as a non-finite reward, which the trainer stops on before training. Weights are
-checked when they load (``recipe.nonfinite``). Weight-only recipes and MXFP4 have no native path here.
+checked when they load (``recipe.nonfinite``). Weight-only recipes, MXFP4 and FP8 E5M2 (``fp8_e5m2``: torch's scaled matmul has no E5M2 x E5M2 GEMM)
+have no native path here.
 On CPU the FP8 path runs too (torch has a CPU ``_scaled_mm``; a reference for tests, not a speed-up);
 ``backend: auto`` only takes this backend on CUDA GPUs.
 """
@@ -32,6 +40,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from . import fused
 from .formats import (
     _FP32_ONE_SIXTH,
     _nvfp4_global_scales,
@@ -47,7 +56,7 @@ from .formats import (
 from .common import BackendUnavailableError, te_rows_padded
 from .recipes import QuantRecipe
 
-__all__ = ["NativeLinear", "native_unavailable_reason", "quantize_fp8_rows", "quantize_nvfp4_rows"]
+__all__ = ["NativeLinear", "native_unavailable_reason", "quantize_fp8_rows", "quantize_nvfp4_rows", "set_fast_accum"]
 
 # Blackwell is the first architecture with FP4 tensor cores; Ada and Hopper have FP8.
 _NEEDED_CAPABILITY = {"fp8": (8, 9), "nvfp4": (10, 0)}
@@ -63,6 +72,11 @@ def native_unavailable_reason(recipe: QuantRecipe, device: torch.device | str | 
         return "torch's scaled matmul quantizes both operands; there is no weight-only mode"
     if recipe.format == "mxfp4":
         return "no MXFP4 path is implemented on torch's scaled matmul (NVFP4 and FP8 are)"
+    if recipe.format == "fp8_e5m2":
+        return ("torch's scaled matmul has no FP8 E5M2 x E5M2 GEMM (\"Multiplication of two Float8_e5m2 matrices "
+                "is not supported\"); fp8_e5m2 recipes run on TransformerEngine or emulated")
+    if recipe.format not in _NEEDED_CAPABILITY:
+        return f"no {recipe.format} path is implemented on torch's scaled matmul (NVFP4 and FP8 E4M3 are)"
     if recipe.format == "fp8" and recipe.weight_block is not None:
         return "torch's FP8 scaled matmul here takes per-tensor weight scales only (recipe has per-channel)"
     if not hasattr(torch, "_scaled_mm") or (recipe.format == "nvfp4" and not hasattr(torch, "float4_e2m1fn_x2")):
@@ -89,13 +103,12 @@ def native_unavailable_reason(recipe: QuantRecipe, device: torch.device | str | 
 
 def quantize_fp8_rows(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(E4M3 codes as float8_e4m3fn, fp32 0-dim decode scale) of ``x2d`` with TE's per-tensor current
-    scaling, as formats.quantize(x, "fp8") computes them (finite inputs), with no host sync."""
-    low, high = torch.aminmax(x2d)
-    amax = torch.maximum(high.float(), low.float().neg())
-    encode = torch.full_like(amax, E4M3_MAX).div_(amax).clamp_(max=FLT_MAX)
-    encode = torch.where(amax == 0, torch.ones_like(encode), encode)
-    codes = (x2d.float() * encode).to(torch.float8_e4m3fn)  # RNE; |x * encode| <= 448 by construction
-    return codes, torch.reciprocal(encode)
+    scaling, as formats.quantize(x, "fp8") computes them (finite inputs), with no host sync: the
+    compiled two-pass kernel (fused.native_kernel), traced inline when the caller is being compiled,
+    and the same arithmetic eagerly where compilation is off (same bits)."""
+    if torch.compiler.is_compiling():
+        return fused._fp8_tensor_rows(x2d)
+    return fused.native_kernel("fp8_tensor_rows")(x2d)
 
 
 def quantize_nvfp4_rows(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -145,6 +158,7 @@ class NativeLinear(nn.Module):
                              f"{in_features}x{out_features}; add it to the recipe's skip list")
         self.in_features, self.out_features = in_features, out_features
         self.recipe, self.name, self.dtype = recipe, name, dtype
+        self.fast_accum = False  # FP8: the GEMM's fast accumulation (quant.fast_accum; set_fast_accum)
         fp4 = recipe.format == "nvfp4"
         self.register_buffer("codes", torch.zeros(out_features, in_features // 2 if fp4 else in_features,
                                                   dtype=torch.uint8 if fp4 else torch.float8_e4m3fn, device=device))
@@ -199,9 +213,11 @@ class NativeLinear(nn.Module):
         if self.recipe.format == "fp8":
             codes, decode = quantize_fp8_rows(x2d)
             if self.dtype != torch.float32:  # scales and bias applied in the GEMM's epilogue, one rounding
-                out = torch._scaled_mm(codes, self.codes.t(), decode, self.scales, bias=self.bias, out_dtype=self.dtype)
+                out = torch._scaled_mm(codes, self.codes.t(), decode, self.scales, bias=self.bias, out_dtype=self.dtype,
+                                       use_fast_accum=self.fast_accum)
                 return out.view(*lead, self.out_features)
-            out = torch._scaled_mm(codes, self.codes.t(), decode, self.scales, out_dtype=torch.float32)
+            out = torch._scaled_mm(codes, self.codes.t(), decode, self.scales, out_dtype=torch.float32,
+                                   use_fast_accum=self.fast_accum)
         else:
             codes, block_scales, decode = quantize_nvfp4_rows(x2d)
             out = torch._scaled_mm(codes.view(torch.float4_e2m1fn_x2), self.codes.view(torch.float4_e2m1fn_x2).t(),
@@ -213,7 +229,17 @@ class NativeLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"precision={self.recipe.label!r} (torch scaled matmul)")
+                f"precision={self.recipe.label!r} (torch scaled matmul{', fast accumulation' if self.fast_accum else ''})")
+
+
+def set_fast_accum(model: nn.Module, enabled: bool) -> int:
+    """Let every FP8 NativeLinear of ``model`` accumulate its GEMM in the fast mode (``use_fast_accum``:
+    on Hopper, partial sums in the tensor core's reduced-precision accumulator, promoted less often) or
+    not; returns how many layers it set. NVFP4 layers have no such mode and are left as they are."""
+    layers = [m for m in model.modules() if isinstance(m, NativeLinear) and m.recipe.format == "fp8"]
+    for layer in layers:
+        layer.fast_accum = bool(enabled)
+    return len(layers)
 
 
 def _unswizzle(flat: torch.Tensor, rows: int, cols: int) -> torch.Tensor:

@@ -4,7 +4,7 @@
 ``reports/<experiment>/`` (index.md, index.html, one CSV per table, one PNG per figure). Report
 kinds are plugins: one function ``(Tables) -> Table | Figure | Note | list`` registered with
 ``@report_kind``. Built-in kinds, in report order: findings, main_results, timing, learning_curves,
-reward_hacking, convergence, ranking_fidelity, ablations, sweep_heatmap, sweep_cells, cost_projection,
+reward_hacking, convergence, ranking_fidelity, fidelity_by_iteration, ablations, sweep_heatmap, sweep_cells, cost_projection,
 sample_grids.
 See docs/reports.md.
 """
@@ -19,6 +19,7 @@ from solbench.report import timing as _timing  # noqa: E402,F401  isort: skip
 from solbench.report import hacking as _hacking  # noqa: E402,F401  isort: skip
 from solbench.report import curves as _curves  # noqa: E402,F401  isort: skip
 from solbench.report import fidelity as _fidelity  # noqa: E402,F401  isort: skip
+from solbench.report import fidelity_steps as _fidelity_steps  # noqa: E402,F401  isort: skip
 from solbench.report import ablations as _ablations  # noqa: E402,F401  isort: skip
 from solbench.report import sweep_cells as _sweep_cells  # noqa: E402,F401  isort: skip
 from solbench.report import cost as _cost  # noqa: E402,F401  isort: skip

@@ -1,10 +1,12 @@
-"""Ablations (the paper's Tables 2 and 3) and the Optuna sweep heat map.
+"""Ablations (the paper's Tables 2 and 3, K and the selection mode) and the Optuna sweep heat map.
 
 Ablations: within one (model, method), the method settings that differ between done runs (explore
 steps, candidate pool N, kept K, selection mode, or any other ``method_config`` field) are the axes.
-The full table lists every setting combination with the final eval rewards (mean and t interval over
-seeds). For the one-at-a-time view of the paper's tables, each axis is plotted with the other axes
-held at their most common value (the default the ablation varies around).
+The table has one row per arm (``Tables`` arms: runs whose settings, the number of iterations included,
+are all equal; two arms are never pooled), each read at the ablation's horizon (its runs' most common
+last evaluation; an arm that ran longer is read there too: equal iterations), mean and t interval over
+seeds. For the one-at-a-time view of the paper's tables, each axis is plotted with the other method
+settings held at their most common value (the default the ablation varies around).
 
 Sweep heat map: completed Optuna trials (``results/<experiment>/sweep/``) on an N x K grid; a cell
 shows the mean objective of its trials and the best trial's cell is marked.
@@ -17,12 +19,13 @@ import math
 import numpy as np
 import pandas as pd
 
-from solbench.report.main_results import final_and_base
+from solbench.report.findings_common import axis_arms, main_arm
+from solbench.report.main_results import final_and_base, table_step
 from solbench.report.paired import paired_difference
 from solbench.report.plotting import new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
-from solbench.report.stats import fmt_ci, fmt_num, mean_ci
-from solbench.report.tables import Tables, _fmt_setting, _hashable, method_display
+from solbench.report.stats import fmt_ci, mean_ci
+from solbench.report.tables import HORIZON, Tables, _fmt_setting, _hashable, method_display
 
 # Paper axes first, under readable names (aliases cover other spellings of the same field).
 AXIS_NAMES = {
@@ -46,15 +49,13 @@ def _sort_values(values) -> list:
         return sorted(values, key=str)
 
 
-@report_kind("ablations", title="Ablations (Tables 2, 3)", order=60)
+@report_kind("ablations", title="Ablations (Tables 2, 3, 4)", order=60)
 def ablations(tables: Tables):
     """Final reward against explore steps, N, K and selection mode (and any other varied method setting)."""
     rewards = tables.eval_rewards()
     done = tables.done_runs
     if not rewards or done.empty:
         return Note("Ablations", "No evaluated done runs.")
-    level = tables.options.ci_level
-    finals = pd.concat([final_and_base(tables, m).assign(metric=m) for m in rewards], ignore_index=True)
     outputs = []
     for (model, method), runs in done.groupby(["model", "method"], sort=True):
         axes = [c for c in tables.setting_columns() if c.startswith("p_method_config.") and c in runs
@@ -62,58 +63,72 @@ def ablations(tables: Tables):
         if not axes:
             continue
         axes.sort(key=lambda c: (_AXIS_RANK.get(c.split(".")[-1], 99), c))
-        settings = runs[["run_id"] + axes].copy()
-        for c in axes:
-            settings[c] = settings[c].map(_hashable)
-        data = finals.merge(settings, on="run_id")
-        tidy, display = [], []
-        modes = {c: settings[c].value_counts().index[0] for c in axes}
-        default = data[np.logical_and.reduce([data[c] == v for c, v in modes.items()])]
-        default_arm = default["arm"].iloc[0] if len(default) else None
-        headline = rewards[0]
-        covers = set()
-        for combo, g in data.groupby(axes, sort=False, dropna=False):
-            combo = combo if isinstance(combo, tuple) else (combo,)
-            row = {_axis_label(c): v for c, v in zip(axes, combo)}
-            disp = dict(row)
-            for metric in rewards:
-                ci = mean_ci(g.loc[g["metric"] == metric, "final"].values, level)
-                row.update({f"{metric}_mean": ci.mean, f"{metric}_lo": ci.lo, f"{metric}_hi": ci.hi})
-                disp[metric] = fmt_ci(ci)
-            arm = g["arm"].iloc[0]
-            paired = (paired_difference(tables, model, headline, arm, default_arm)
-                      if default_arm is not None and arm != default_arm else None)
-            row.update(vs_default_mean=paired.ci.mean if paired else np.nan,
-                       vs_default_lo=paired.ci.lo if paired else np.nan, vs_default_hi=paired.ci.hi if paired else np.nan)
-            if paired is not None:
-                covers.add(paired.ci.covers)
-            disp[f"Δ vs default {headline}"] = ("0 (default)" if arm == default_arm else "-" if paired is None else
-                                                f"{paired.ci.mean:+.4f} [{paired.ci.lo:+.4f}, {paired.ci.hi:+.4f}]"
-                                                if math.isfinite(paired.ci.lo) else f"{paired.ci.mean:+.4f} (no interval)")
-            row["n_seeds"] = disp["seeds"] = g["seed"].nunique()
-            tidy.append(row)
-            display.append(disp)
-        order = np.lexsort([[str(r[_axis_label(c)]) if not _is_num(r[_axis_label(c)]) else f"{float(r[_axis_label(c)]):020.6f}"
-                             for r in tidy] for c in reversed(axes)])
-        tidy_df = pd.DataFrame(tidy).iloc[order].reset_index(drop=True)
-        display_df = pd.DataFrame(display).iloc[order].reset_index(drop=True)
-        for col in display_df.columns:
-            display_df[col] = display_df[col].map(lambda v: fmt_num(v, 0) if isinstance(v, float) and v.is_integer() else v)
-        name = method_display(method)
-        outputs.append(Table(f"ablations_{model}_{method}", f"Ablations of {name}, {model}", tidy_df, (
-            "Mirrors the paper's Tables 2 (explore steps) and 3 (candidate pool N at K = 24): the final eval "
-            f"rewards of every setting of {name} in these results, mean ± half-width of the {level:.0%} t interval "
-            "over seeds, at each run's last evaluation. Paper (FLUX.1, HPSv2): explore steps 2/4/6/8 -> "
-            "0.3587/0.3650/0.3686/0.3659; N 24/48/72/96 -> 0.3569/0.3622/0.3663/0.3686."
-            + (f" Δ vs default: paired difference in `{headline}` from the default arm ({default_arm}: every setting at "
-               "its most common value) on the same eval prompts and eval seeds, runs paired by run seed, at the last "
-               f"evaluation both reached, [{level:.0%} interval of the crossed design covering "
-               f"{'; '.join(sorted(covers)) or 'nothing'}]." if default_arm is not None else "")), display=display_df))
-        outputs.append(_ablation_figure(tables, model, method, name, data, axes, rewards[0], default_arm))
+        outputs += _ablation_outputs(tables, model, method, runs, axes, rewards)
     if not outputs:
         return Note("Ablations", "No method setting varies between the done runs of any model and method: "
                     "these results hold no ablation.")
     return outputs
+
+
+def _ablation_outputs(tables: Tables, model: str, method: str, runs: pd.DataFrame, axes: list[str],
+                      rewards: list[str]) -> list:
+    """The ablation table (one row per arm: never two settings pooled, the horizon included) and its figure."""
+    level = tables.options.ci_level
+    headline = rewards[0]
+    step = table_step(tables, runs, None, headline)  # the ablation's horizon: its runs' most common last evaluation
+    finals = pd.concat([final_and_base(tables, m, step).assign(metric=m) for m in rewards], ignore_index=True)
+    data = finals[finals["run_id"].isin(runs["run_id"])]
+    default_arm = main_arm(tables, runs, method)
+    horizons = runs[HORIZON].map(_hashable).nunique() > 1 if HORIZON in runs else False
+    tidy, display, covers = [], [], set()
+    for arm in tables.arm_order(runs):
+        g = data[data["arm"] == arm]
+        if g.empty:
+            continue
+        run = runs[runs["arm"] == arm].iloc[0]
+        row = {_axis_label(c): _hashable(run[c]) for c in axes}
+        if horizons:
+            row["iterations"] = _hashable(run[HORIZON])
+        row["read at step"] = int(g["final_step"].max())
+        disp = {k: _fmt_setting(v) for k, v in row.items()}
+        for metric in rewards:
+            ci = mean_ci(g.loc[g["metric"] == metric, "final"].values, level)
+            row.update({f"{metric}_mean": ci.mean, f"{metric}_lo": ci.lo, f"{metric}_hi": ci.hi})
+            disp[metric] = fmt_ci(ci)
+        paired = (paired_difference(tables, model, headline, arm, default_arm)
+                  if default_arm is not None and arm != default_arm else None)
+        row.update(arm=arm, vs_default_mean=paired.ci.mean if paired else np.nan,
+                   vs_default_lo=paired.ci.lo if paired else np.nan, vs_default_hi=paired.ci.hi if paired else np.nan,
+                   vs_default_step=paired.step if paired else np.nan)
+        if paired is not None:
+            covers.add(paired.ci.covers)
+        disp[f"Δ vs default {headline}"] = ("0 (default)" if arm == default_arm else "-" if paired is None else
+                                            f"{paired.ci.mean:+.4f} [{paired.ci.lo:+.4f}, {paired.ci.hi:+.4f}]"
+                                            if math.isfinite(paired.ci.lo) else f"{paired.ci.mean:+.4f} (no interval)")
+        row["n_seeds"] = int(g["seed"].nunique())
+        disp["seeds"] = str(row["n_seeds"])
+        tidy.append(row)
+        display.append(disp)
+    name = method_display(method)
+    longer = sorted({r["arm"] for r in tidy if r["read at step"] == step and horizons
+                     and (r.get("iterations") or 0) > step}, key=str)
+    shorter = sorted({r["arm"] for r in tidy if r["read at step"] < step}, key=str)
+    table = Table(f"ablations_{model}_{method}", f"Ablations of {name}, {model}", pd.DataFrame(tidy), (
+        "Mirrors the paper's Tables 2 (explore steps), 3 (candidate pool N at K = 24) and the K and selection-mode "
+        f"ablations: every arm of {name} in these results, one row each (runs of different settings, the number of "
+        "iterations included, are never pooled), its eval rewards at its last evaluation at or before step "
+        f"{step} (the ablation's horizon: equal iterations"
+        + (f"; {', '.join(longer)} ran longer and is read there" if longer else "")
+        + (f"; {', '.join(shorter)} stopped earlier and is read at its end (the Δ column pairs it at the step both "
+           "reached)" if shorter else "") + "), mean ± half-width of the "
+        f"{level:.0%} t interval over seeds. Paper (FLUX.1, HPSv2): explore steps 2/4/6/8 -> "
+        "0.3587/0.3650/0.3686/0.3659; N 24/48/72/96 -> 0.3569/0.3622/0.3663/0.3686."
+        + (f" Δ vs default: paired difference in `{headline}` from the default arm ({default_arm}: most seeds, every "
+           "method setting at its most common value) on the same eval prompts and eval seeds, runs paired by run "
+           f"seed, at the last evaluation both reached, [{level:.0%} interval of the crossed design covering "
+           f"{'; '.join(sorted(covers)) or 'nothing'}]." if default_arm is not None else "")),
+        display=pd.DataFrame(display))
+    return [table, _ablation_figure(tables, model, method, name, runs, axes, headline, default_arm)]
 
 
 def _is_num(v) -> bool:
@@ -124,52 +139,51 @@ def _is_num(v) -> bool:
         return False
 
 
-def _ablation_figure(tables: Tables, model: str, method: str, name: str, data: pd.DataFrame, axes: list[str],
+def _ablation_figure(tables: Tables, model: str, method: str, name: str, runs: pd.DataFrame, axes: list[str],
                      metric: str, default_arm: str | None) -> Figure:
     """One panel per axis: the paired Δ from the default arm (the same intervals as the table's Δ column),
-    the other axes held at their most common value."""
-    d = data[data["metric"] == metric]
+    the other method settings held at their most common value (solbench.report.findings_common.axis_arms)."""
     fig = new_figure(3.6 * len(axes), 3.2)
     panels = fig.subplots(1, len(axes), squeeze=False)[0]
     plotted = []
     for ax, axis in zip(panels, axes):
-        sub, held = d, []
-        for other in [a for a in axes if a != axis]:  # hold the other axes at their most common (default) value
-            mode = d.drop_duplicates("run_id")[other].value_counts().index[0]
-            sub = sub[sub[other] == mode]
+        arms = axis_arms(tables, runs, method, axis.split(".")[-1])
+        held = []
+        for other in [a for a in axes if a != axis]:
+            mode = runs[other].map(_hashable).value_counts().index[0]
             held.append(f"{_axis_label(other)}={_fmt_setting(mode)}")
-        values = _sort_values(sub[axis].unique())
         rows = []
-        for v in values:
-            arm = sub.loc[sub[axis] == v, "arm"].iloc[0]
+        for v, arm in arms.items():
             p = (paired_difference(tables, model, metric, arm, default_arm)
                  if default_arm is not None and arm != default_arm else None)
             mean, lo, hi = (0.0, 0.0, 0.0) if arm == default_arm else (
                 (p.ci.mean, p.ci.lo, p.ci.hi) if p is not None else (np.nan, np.nan, np.nan))
             rows.append(dict(axis=_axis_label(axis), value=_fmt_setting(v), arm=arm, delta=mean, lo=lo, hi=hi,
-                             default=arm == default_arm, covers=p.ci.covers if p is not None else ""))
-        r = pd.DataFrame(rows)
-        x = np.arange(len(values))
+                             default=arm == default_arm, covers=p.ci.covers if p is not None else "",
+                             step=p.step if p is not None else np.nan))
+        r = pd.DataFrame(rows, columns=["axis", "value", "arm", "delta", "lo", "hi", "default", "covers", "step"])
+        x = np.arange(len(r))
         err = np.vstack([(r["delta"] - r["lo"]).fillna(0).clip(lower=0), (r["hi"] - r["delta"]).fillna(0).clip(lower=0)])
-        numeric = all(_is_num(v) for v in values)
+        numeric = all(_is_num(v) for v in arms)
         ax.axhline(0.0, color="black", linewidth=0.8, linestyle=":")
         ax.errorbar(x, r["delta"], yerr=err, marker="o", capsize=3, color="#d62728", linestyle="-" if numeric else "none")
         for xi, (delta, is_default) in enumerate(zip(r["delta"], r["default"])):
             ax.annotate("default" if is_default else f"{delta:+.3f}", (xi, delta), textcoords="offset points",
                         xytext=(0, 6), ha="center", fontsize=7)
         ax.set_xticks(x, list(r["value"]), fontsize=8)
-        ax.set_xlim(-0.5, len(values) - 0.5)
+        ax.set_xlim(-0.5, max(len(r), 1) - 0.5)
         ax.set_xlabel(_axis_label(axis) + (f"\n({', '.join(held)})" if held else ""), fontsize=8)
         ax.set_ylabel(f"Δ final {metric} vs default (paired)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         plotted.append(r)
-    fig.suptitle(f"{name} ablations, {model}: paired Δ final {metric} from the default arm", fontsize=10)
+    fig.suptitle(f"{name} ablations, {model}: paired Δ {metric} from the default arm at equal iterations", fontsize=10)
     return Figure(f"ablations_{model}_{method}_chart", f"Ablations of {name}, {model}: one setting at a time", fig, (
-        f"Paired difference in final `{metric}` of each setting from the default arm ({default_arm}), the other settings "
-        "held at their most common value (named under each axis), as in the paper's one-at-a-time Tables 2 and 3; "
-        "bars: the interval of the table's Δ column (crossed design: run seeds and eval prompts), so the chart and "
-        "the verdicts rest on the same comparison."), data=pd.concat(plotted, ignore_index=True))
+        f"Paired difference in `{metric}` of each setting from the default arm ({default_arm}) at the last evaluation "
+        "both reached (equal iterations), the other method settings held at their most common value (named under each "
+        "axis), as in the paper's one-at-a-time Tables 2 and 3; bars: the interval of the table's Δ column (crossed "
+        "design: run seeds and eval prompts), so the chart and the verdicts rest on the same comparison."),
+        data=pd.concat(plotted, ignore_index=True))
 
 
 def _find(columns, names) -> str | None:

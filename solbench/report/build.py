@@ -4,7 +4,8 @@
 or a results folder), loads ``results/<experiment>/*.parquet`` (``Tables.load``), calls every
 registered report kind and writes ``reports/<experiment>/``:
 
-- ``index.md``: the report, headed with the data hash, the runs' git SHAs, and warnings for mixed
+- ``index.md``: the report, headed (solbench/report/header.py) with the data hash, the runs' git SHAs, the
+  model (weights sha256, width) and its explore copy (recipe, format, share of the MACs, backend), and warnings for mixed
   code versions, uncommitted code, runs that are not done (which ones, and why they failed) and
   tables built from fewer rows or runs than the experiment has (``completeness_warnings``);
 - ``index.html``: the same content as one static page, figures embedded (base64), no network;
@@ -30,7 +31,6 @@ from pathlib import Path
 
 import pandas as pd
 
-import solbench
 from solbench.errors import ConfigError, SolbenchError
 from solbench.report.registry import Figure, Note, Table, get_kind, kinds
 from solbench.report.stats import fmt_num
@@ -192,42 +192,10 @@ def _anchor(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def _header(tables: Tables, results_dir: Path, missing: list[str]) -> list[str]:
-    runs = tables.runs
-    status = runs["status"].value_counts()
-    status_text = ", ".join(f"{int(v)} {k}" for k, v in status.items())
-    shas = tables.git_shas()
-    code = ", ".join(f"`{s[:12]}`" for s in shas) if shas else "unknown"
-    if "dirty" in runs and runs["dirty"].fillna(False).astype(bool).any():
-        code += " (some runs with uncommitted changes)"
-    arms = ", ".join(tables.arm_order())
-    devices = ", ".join(sorted(tables.device_kinds())) or "not recorded"
-    lines = [
-        f"# solbench report: `{tables.experiment}`",
-        "",
-        f"Regenerated from the collected tables in `{results_dir}` alone by `solbench report` "
-        f"(solbench {solbench.__version__}). Layout follows the Sol-RL paper (arXiv 2604.06916): each "
-        "caption names the paper table it mirrors. Intervals are 95% unless stated; *n seeds* is the number "
-        "of independent runs behind a number.",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| data hash | `sha256:{tables.data_hash[:16]}` (sha256 over the collected parquet files) |",
-        f"| code (git SHA of the runs) | {code} |",
-        f"| runs | {len(runs)} ({status_text}) |",
-        f"| models | {', '.join(tables.models())} |",
-        f"| methods | {arms} |",
-        f"| devices | {devices} |",
-        "",
-    ]
-    for warning in missing + tables.provenance_warnings():
-        first, *rest = warning.split("\n")
-        lines += [f"> **Warning.** {first}"] + (["> "] + [f"> {line}" for line in rest] if rest else []) + [""]
-    return lines
-
-
 def _render(tables: Tables, sections, out_dir: Path, results_dir: Path, missing: list[str]) -> str:
-    lines = _header(tables, results_dir, missing)
+    from solbench.report.header import header_lines
+
+    lines = header_lines(tables, results_dir, missing)
     lines += ["## Contents", ""]
     for i, (kind, _) in enumerate(sections, 1):
         lines.append(f"{i}. [{kind.title}](#{_anchor(f'{i}. {kind.title}')})")

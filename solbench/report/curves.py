@@ -28,13 +28,20 @@ from solbench.report.stats import bootstrap_ci, fmt_num, mean_ci
 from solbench.report.tables import Tables, method_display, same_method
 
 
-def curve_table(tables: Tables, split: str, metric: str) -> pd.DataFrame:
-    """Mean and CI over seeds per (model, arm, step), with the mean wall_s and GPU-hours."""
+def run_curves(tables: Tables, split: str, metric: str) -> pd.DataFrame:
+    """Each run's own curve of one metric: its rows with the GPU-hours and the PROJECTED clock beside wall_s."""
     rows = tables.run_metrics(split, metric)
     if rows.empty:
         return pd.DataFrame()
     gpus = _gpus_per_run(tables)
-    rows = rows.assign(gpu_hours=rows["run_id"].map(gpus) * rows["wall_s"] / 3600.0, projected_s=clock_at(tables, rows))
+    return rows.assign(gpu_hours=rows["run_id"].map(gpus) * rows["wall_s"] / 3600.0, projected_s=clock_at(tables, rows))
+
+
+def curve_table(tables: Tables, split: str, metric: str, rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Mean and CI over seeds per (model, arm, step), with the mean wall_s and GPU-hours."""
+    rows = run_curves(tables, split, metric) if rows is None else rows
+    if rows.empty:
+        return pd.DataFrame()
     out = []
     level = tables.options.ci_level
     for (model, arm, method, step), g in rows.groupby(["model", "arm", "method", "step"], sort=True):
@@ -86,7 +93,8 @@ def learning_curves(tables: Tables):
     metrics = _metrics(tables)
     if not metrics:
         return Note("Learning curves", "No eval or training reward rows in metrics.parquet.")
-    curves = {(s, m): curve_table(tables, s, m) for s, m in metrics}
+    raw = {(s, m): run_curves(tables, s, m) for s, m in metrics}
+    curves = {key: curve_table(tables, *key, rows=rows) for key, rows in raw.items()}
     outputs = []
     level = tables.options.ci_level
     for model in tables.models():
@@ -119,8 +127,10 @@ def learning_curves(tables: Tables):
                     if a.empty:
                         continue
                     x = a[xcol].values / xscale
-                    ax.plot(x, a["mean"].values, marker="o", markersize=2.5, label=arm, **styles[arm])
-                    if a["ci_lo"].notna().any():
+                    ax.plot(x, a["mean"].values, markersize=3, label=arm, **styles[arm])
+                    if int(a["n_seeds"].max()) < MIN_SEEDS_FOR_BAND:  # few seeds: each seed's own line, no t band
+                        _seed_lines(ax, raw[(split, metric)], model, arm, xcol, xscale, styles[arm])
+                    elif a["ci_lo"].notna().any():
                         ax.fill_between(x, a["ci_lo"].values, a["ci_hi"].values, color=styles[arm]["color"], alpha=0.15,
                                         linewidth=0)
                 ax.set_xlabel(xlabel, fontsize=8)
@@ -133,18 +143,35 @@ def learning_curves(tables: Tables):
                     ax.set_title(f"against {xlabel.split(' (')[0]}", fontsize=9)
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper", fontsize=8)
-        fig.suptitle(f"{model}: learning curves (mean over seeds, {level:.0%} t band)", fontsize=10)
+        fig.suptitle(f"{model}: learning curves (mean over seeds; {level:.0%} t band from {MIN_SEEDS_FOR_BAND} seeds, "
+                     "each seed's own thin line below that)", fontsize=10)
         data = pd.concat([c.assign(split=s, metric=m) for (s, m), c in per.items()], ignore_index=True)
         n_seeds = sorted(data["n_seeds"].unique())
         outputs.append(Figure(f"learning_curves_{model}", f"Learning curves, {model}", fig, (
             f"Model `{model}`. One row per metric (eval rewards on the eval prompts; `reward (train)` is the mean "
-            "full-precision reward of the trained samples), one column per x axis. Lines: mean over seeds; bands: "
-            f"{level:.0%} Student-t interval over seeds ({'/'.join(map(str, n_seeds))} seeds per point). Wall-clock: "
+            "full-precision reward of the trained samples), one column per x axis. Each arm has its own colour, "
+            "marker and line style (the legend names it). Thick lines: mean over seeds; bands: "
+            f"{level:.0%} Student-t interval over seeds ({'/'.join(map(str, n_seeds))} seeds per point) where an arm "
+            f"has {MIN_SEEDS_FOR_BAND} seeds or more; with fewer, a band over 1-2 degrees of freedom would cover most "
+            "of the axis, so each seed's own curve is drawn as a thin line instead. Wall-clock: "
             "cumulative training seconds (evaluation excluded), averaged over seeds at each step."
             + ("" if has_gpu else " GPU-hours are not shown: these runs did not run on GPUs.")
             + (f" Last column, {describe(tables)} Mean over seeds at each step." if has_projection else
                " No projected GPU clock: the timings carry no FLOP counts.")), data=data))
     return outputs
+
+
+#: An arm with fewer seeds than this gets each seed's own line instead of a t band (with 2 seeds the 95 % t band
+#: has one degree of freedom: 12.7 standard errors wide, issue 42).
+MIN_SEEDS_FOR_BAND = 3
+
+
+def _seed_lines(ax, raw: pd.DataFrame, model: str, arm: str, xcol: str, xscale: float, style: dict) -> None:
+    runs = raw[(raw["model"] == model) & (raw["arm"] == arm)]
+    for _, run in runs.groupby("run_id", sort=True):
+        run = run.groupby("step", as_index=False)[["value", xcol]].mean().sort_values("step")
+        ax.plot(run[xcol].values / xscale, run["value"].values, color=style["color"], linestyle=style["linestyle"],
+                linewidth=0.7, alpha=0.55, marker=style.get("marker"), markersize=1.8, zorder=1)
 
 
 def time_to_reach(wall: np.ndarray, value: np.ndarray, target: float) -> float:
@@ -311,7 +338,7 @@ def _convergence_figure(tables: Tables, model: str, runs: pd.DataFrame, plot_dat
             if arm not in arms_d:
                 continue
             aw, av, band, t_arm = arms_d[arm]
-            ax.plot(aw / scale, av, marker="o", markersize=2.5, label=arm, **styles[arm])
+            ax.plot(aw / scale, av, markersize=2.5, label=arm, **styles[arm])
             if np.isfinite(band).any():
                 ax.fill_between(aw / scale, band[:, 0], band[:, 1], color=styles[arm]["color"], alpha=0.12, linewidth=0)
             if math.isfinite(t_arm):

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from solbench.report.explore import backend_label, recipe_label
 from solbench.report.plotting import new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import fmt_ci, mean_ci
@@ -116,11 +117,13 @@ def ranking_fidelity(tables: Tables):
     summary, display = [], []
     metric_cols = ["kendall_tau", "spearman_rho"] + [f"hit@{k}" for k in ks] + \
         [c for c in [f"overlap@{k}" for k in ks] + ["side_agreement"] if c in groups]
+    explore_of = _arm_explore(runs)
     for key, g in groups.groupby(by, sort=False):
         row = dict(zip(by, key))
         row.update(n_groups=len(g), n_pairs_median=float(g["n_pairs"].median()),
-                   constant_groups=int(g["kendall_tau"].isna().sum()))
+                   constant_groups=int(g["kendall_tau"].isna().sum()), explore=explore_of.get(row["arm"], ""))
         disp = {k if k != "arm" else "method": v for k, v in zip(by, key)}
+        disp["explore (format, recipe, backend)"] = explore_of.get(row["arm"], "-")
         disp["groups"] = str(len(g))
         disp["pairs / group"] = f"{g['n_pairs'].median():g}"
         for col in metric_cols:
@@ -144,7 +147,8 @@ def ranking_fidelity(tables: Tables):
         "of the proxy's top K that are in the full-precision top K, beside its chance level K/N (what a random "
         "ranking of the N seeds scores: at the paper's N = 96, 0.04 / 0.08 / 0.125). overlap@K: share of the contrastive set "
         "(top K/2 + bottom K/2) chosen from proxy rewards that full precision would also choose. "
-        "'all seeds': both precisions for every candidate (unbiased). "
+        "'all seeds': both precisions for every candidate (unbiased). The explore column names the format, recipe "
+        "and backend of each arm's low-precision copy (an emulated backend fake-quantizes in full precision). "
         + ("'selected only': Sol-RL training data, where only the K selected seeds have full-precision rewards: "
            "correlations and hit rates are within the K selected, which best_worst selection takes from both "
            "tails of the proxy ranking, so they are inflated relative to the all-seeds numbers; side_agreement: "
@@ -153,7 +157,7 @@ def ranking_fidelity(tables: Tables):
     )
     outputs = [Table("ranking_fidelity", "Ranking fidelity: proxy (explore) vs full-precision rewards", summary_df,
                      caption, display=display_df),
-               _fidelity_figure(groups, ks)]
+               _fidelity_figure(groups, ks, _arm_explore(runs), _trained(tables))]
     setup = _fidelity_setup(runs[runs["run_id"].isin(groups["run_id"])])
     if setup is not None:
         outputs.insert(0, setup)
@@ -164,6 +168,19 @@ def ranking_fidelity(tables: Tables):
                          "Every prompt group's numbers (the distributions above).",
                          display=_groups_preview(groups)))
     return outputs
+
+
+def _arm_explore(runs: pd.DataFrame) -> dict[str, str]:
+    """{arm: its explore format, recipe and backend in words} (solbench.report.explore)."""
+    from solbench.report.explore import explore_text
+
+    return {arm: explore_text(group) for arm, group in runs.groupby("arm", sort=False)}
+
+
+def _trained(tables: Tables) -> set[str]:
+    from solbench.report.findings_common import trained_rewards
+
+    return trained_rewards(tables, tables.done_runs)
 
 
 # p_* columns of a `solbench fidelity` run (solbench/fidelity.py) -> setup table column
@@ -198,34 +215,59 @@ def _fidelity_setup(runs: pd.DataFrame) -> Table | None:
 
 
 def _groups_preview(groups: pd.DataFrame) -> pd.DataFrame:
-    # the Markdown shows a short distribution summary; the full per-group table is the CSV
+    """A short distribution summary per arm (checkpoint and recipe), reward and kind, never pooled across them;
+    the full per-group table is the CSV."""
     cols = [c for c in groups.columns if c in ("kendall_tau", "spearman_rho") or c.startswith(("hit@", "overlap@"))]
-    desc = groups.groupby("kind")[cols].describe(percentiles=[0.1, 0.5, 0.9])
+    by = ["arm", "kind"] + (["reward_name"] if "reward_name" in groups else [])
     rows = []
-    for kind in desc.index:
+    for key, g in groups.groupby(by, sort=False, dropna=False):
+        labels = dict(zip(by, key))
         for col in cols:
-            d = desc.loc[kind, col]
-            if d["count"] == 0:
+            v = g[col].dropna()
+            if v.empty:
                 continue
-            rows.append({"kind": kind, "statistic": col, "groups": f"{d['count']:.0f}", "p10": f"{d['10%']:.3f}",
-                         "median": f"{d['50%']:.3f}", "p90": f"{d['90%']:.3f}", "min": f"{d['min']:.3f}"})
+            q = v.quantile([0.1, 0.5, 0.9])
+            rows.append({"method": labels["arm"], "kind": labels["kind"],
+                         "reward": _reward_name(labels.get("reward_name")), "statistic": col,
+                         "groups": str(len(v)), "p10": f"{q[0.1]:.3f}", "median": f"{q[0.5]:.3f}",
+                         "p90": f"{q[0.9]:.3f}", "min": f"{v.min():.3f}"})
     return pd.DataFrame(rows)
 
 
-def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...]) -> Figure:
-    """One distribution per arm (recipe, checkpoint) and kind, never pooled across them; the mean hit@K of each
-    beside its chance level K/N."""
+def _reward_name(name) -> str:
+    """A fidelity group's reward: its name, or the training reward where the candidates name none."""
+    return "training reward (total)" if name is None or (isinstance(name, float) and math.isnan(name)) else str(name)
+
+
+def plotted_reward(groups: pd.DataFrame, trained: set[str] = frozenset()) -> str | None:
+    """The one reward a fidelity figure ranks by: a training reward, else the first named one; None where the
+    groups name none (training candidates, ranked by the training reward)."""
+    if "reward_name" not in groups or groups["reward_name"].isna().all():
+        return None
+    names = list(dict.fromkeys(groups["reward_name"].dropna()))
+    for name in names:
+        if name in trained:
+            return name
+    return next((n for n in names if n != "total"), names[0])
+
+
+def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...], recipes: dict[str, str],
+                     trained: set[str] = frozenset()) -> Figure:
+    """One distribution per arm (checkpoint, recipe) and kind, never pooled across them; the mean hit@K of each
+    beside its chance level K/N. The legend names each arm's explore recipe and backend, the title the reward."""
     from solbench.report.plotting import _FALLBACK
 
-    if "reward_name" in groups and groups["reward_name"].notna().any():  # one reward: the first ranked
-        names = [n for n in dict.fromkeys(groups["reward_name"].dropna())]
-        first = "total" if "total" in names else names[0]
-        groups = groups[groups["reward_name"].isna() | (groups["reward_name"] == first)]
+    reward = plotted_reward(groups, trained)
+    if reward is not None:  # one reward: the training reward's groups, and those that name none (training data)
+        groups = groups[groups["reward_name"].isna() | (groups["reward_name"] == reward)]
+    reward_text = f"reward `{reward}`" if reward is not None else "the training reward"
+    if reward is not None and groups["reward_name"].isna().any():
+        reward_text += " (training candidates: their training reward)"
     series = [(kind, arm) for kind in sorted(groups["kind"].unique()) for arm in dict.fromkeys(groups["arm"])
               if ((groups["kind"] == kind) & (groups["arm"] == arm)).any()]
     colours = {key: _FALLBACK[i % len(_FALLBACK)] if i else "#1f77b4" for i, key in enumerate(series)}
     hit_cols = [f"hit@{k}" for k in ks if f"hit@{k}" in groups and groups[f"hit@{k}"].notna().any()]
-    fig = new_figure(12.0 if hit_cols else 8.0, 3.6 + 0.16 * (len(series) + 1) // 2)
+    fig = new_figure(12.0 if hit_cols else 8.0, 3.6 + 0.32 * len(series))
     axes = fig.subplots(1, 3 if hit_cols else 2)
     bins = np.linspace(-1, 1, 21)
     for ax, col, label in ((axes[0], "kendall_tau", "Kendall τ per prompt group"),
@@ -234,12 +276,11 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...]) -> Figure:
             v = groups.loc[(groups["kind"] == key[0]) & (groups["arm"] == key[1]), col].dropna()
             if len(v):
                 ax.hist(v, bins=bins, histtype="step", linewidth=1.4, color=colours[key],
-                        label=f"{_short(key[1])}, {key[0]} (ρ/τ mean {v.mean():.3f}, n={len(v)})" if col == "spearman_rho"
-                        else None)
-        ax.set_xlabel(label, fontsize=8)
+                        label=_legend(key, recipes, v) if col == "spearman_rho" else None)
+        ax.set_xlabel(f"{label} ({reward_text.split(' (')[0]})", fontsize=8)
         ax.set_ylabel("prompt groups", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside lower center", fontsize=6, ncols=2)
+    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside lower center", fontsize=6, ncols=1)
     if hit_cols:
         ax = axes[2]
         width = 0.8 / max(len(series), 1)
@@ -255,52 +296,42 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...]) -> Figure:
         ax.set_ylim(0, 1.05)
         ax.set_ylabel(f"mean hit rate (dotted: chance K/N, N={n:g})", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.suptitle("Ranking fidelity: proxy (explore precision) vs full-precision rewards of the same seeds", fontsize=10)
-    return _fidelity_output(fig, groups)
-
-
-def _short(arm: str, width: int = 60) -> str:
-    import textwrap
-
-    return textwrap.shorten(arm, width, placeholder="...")
-
-
-def _fidelity_output(fig, groups: pd.DataFrame) -> Figure:
+    fig.suptitle(f"Ranking fidelity, {reward_text}: proxy (explore precision) vs full-precision rewards of the same "
+                 "seeds", fontsize=10)
     return Figure("ranking_fidelity_chart", "Ranking fidelity distributions", fig, (
-        "Distributions over prompt groups of the rank correlations between proxy and full-precision rewards, one "
-        "outline per arm (explore recipe, checkpoint) and kind, never pooled across them, and the mean top-K hit "
-        "rates beside their chance level K/N (a random ranking's). 'selected only' groups (training data) are "
-        "within the K selected seeds and biased upward; 'all seeds' groups are the unbiased measurement."), data=groups)
+        f"Distributions over prompt groups of the rank correlations between proxy and full-precision {reward_text}, "
+        "one outline per arm (checkpoint, explore recipe) and kind, never pooled across them, the legend naming "
+        "each arm's explore format, recipe and backend; and the mean top-K hit rates beside their chance level K/N "
+        "(a random ranking's). Every reward: the tables above and the CSV. 'selected only' groups (training data) "
+        "are within the K selected seeds and biased upward; 'all seeds' groups are the unbiased measurement."),
+        data=groups)
+
+
+def _legend(key: tuple[str, str], recipes: dict[str, str], values: pd.Series) -> str:
+    """'<arm> | NVFP4 (nvfp4_tiny_flux), emulated backend ... | all seeds: ρ 0.921, n=33': whole, never cut."""
+    kind, arm = key
+    return f"{arm} | {recipes.get(arm, 'explore recipe not recorded')} | {kind}: mean ρ {values.mean():.3f}, n={len(values)}"
 
 
 # ---- decomposed fidelity: what precision costs apart from fewer steps ------------------------------
 
-FORMAT_NAMES = {"none": "step budget only (full precision)", "nvfp4": "NVFP4", "mxfp4": "MXFP4", "fp8": "FP8"}
-
-
-def recipe_label(recipe: str) -> str:
-    """'NVFP4 (nvfp4_tiny)', 'step budget only (full precision)', ... for a quantization recipe name."""
-    recipe = str(recipe)
-    if recipe == "none":
-        return FORMAT_NAMES["none"]
-    for prefix, name in FORMAT_NAMES.items():
-        if recipe.startswith(prefix):
-            return f"{name} ({recipe})"
-    return recipe
-
 
 def fidelity_settings(runs: pd.DataFrame) -> pd.DataFrame:
     """run_id, recipe and the settings a step-budget control must share (checkpoint, prompts, seeds, steps)."""
+    from solbench.report.tables import _checkpoint_label
+
+    every = runs
     runs = runs[runs.get("p_kind", pd.Series(index=runs.index, dtype=object)).astype(str) == "fidelity"] \
         if "p_kind" in runs else runs.iloc[0:0]
     cols = {"p_quant.recipe": "recipe", "p_checkpoint.path": "checkpoint", "p_prompts.set": "prompts",
             "p_prompts.n_prompts": "n_prompts", "p_seeds": "seeds", "p_sampling.explore_steps": "explore_steps",
-            "p_sampling.steps": "steps", "p_sampling.sampler": "sampler"}
+            "p_sampling.steps": "steps", "p_sampling.sampler": "sampler", "p_quant.backend": "backend"}
     out = pd.DataFrame({"run_id": runs["run_id"].values, "model": runs["model"].values})
     from solbench.report.tables import _fmt_setting, _hashable
 
     for col, name in cols.items():
         out[name] = runs[col].map(lambda v: _fmt_setting(_hashable(v))).values if col in runs else "-"
+    out["checkpoint_label"] = [_checkpoint_label(run, every) for _, run in runs.iterrows()]
     # what the explore copy put in low precision, measured when the run built it (solbench.fidelity.record_mac_share);
     # NaN for runs stored before it was recorded. Not a setting the control shares: the control's is 0.
     for col, name in (("p_quant.mac_share", "mac_share"), ("p_quant.quantized_linears", "quantized_linears"),
@@ -330,7 +361,7 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
     g = groups[groups["kind"] == "all seeds"].merge(settings, on=["run_id", "model"])
     if g.empty:
         return None
-    share = ["model", "checkpoint", "prompts", "n_prompts", "seeds", "explore_steps", "steps", "sampler"]
+    share = ["model", "checkpoint", "prompts", "n_prompts", "seeds", "explore_steps", "steps", "sampler", "backend"]
     reward_col = ["reward_name"] if "reward_name" in g else []
     o = tables.options
     rows, display = [], []
@@ -340,9 +371,12 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
         for recipe in sorted(sub["recipe"].unique(), key=lambda r: (r != "none", r)):
             r = sub[sub["recipe"] == recipe]
             mac_share, mac_cell = _coverage(r)
-            row = {**ctx, "recipe": recipe, "label": recipe_label(recipe), "prompt_groups": len(r), "mac_share": mac_share}
-            disp = {"model": ctx["model"], "reward": ctx.get("reward_name", "-"), "explore steps": ctx["explore_steps"],
-                    "explore": recipe_label(recipe), "low-precision share of linear MACs": mac_cell,
+            row = {**ctx, "checkpoint_label": r["checkpoint_label"].iloc[0], "recipe": recipe,
+                   "label": recipe_label(recipe), "prompt_groups": len(r), "mac_share": mac_share}
+            disp = {"model": ctx["model"], "checkpoint": r["checkpoint_label"].iloc[0],
+                    "reward": ctx.get("reward_name", "-"), "explore steps": ctx["explore_steps"],
+                    "explore": recipe_label(recipe), "backend": backend_label(ctx.get("backend")),
+                    "low-precision share of linear MACs": mac_cell,
                     "prompts": str(len(r))}
             for col, name in (("spearman_rho", "Spearman ρ"), ("kendall_tau", "Kendall τ")):
                 ci = mean_ci(r[col].values, o.ci_level)

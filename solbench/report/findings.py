@@ -38,11 +38,15 @@ from solbench.report.tables import Tables
 
 
 def _interval(f: Finding) -> str:
+    """'[lo, hi]'; where a bound cannot be computed or is infinite, the interval says why (never '[0.00x, -]')."""
+    why = f" ({f.interval_note})" if f.interval_note else ""
     if not math.isfinite(f.effect):
-        return "-"
+        return "-" + why
     if math.isnan(f.lo) or math.isnan(f.hi):
-        return "no interval"
-    return f"[{fmt_value(f.lo, f.unit)}, {fmt_value(f.hi, f.unit)}]"
+        return "no interval" + (why or f" ({f.covers})" if f.covers else why)
+    lo = "-∞" if f.lo == -math.inf else fmt_value(f.lo, f.unit)
+    hi = "∞" if f.hi == math.inf else fmt_value(f.hi, f.unit)
+    return f"{'(' if f.lo == -math.inf else '['}{lo}, {hi}{')' if f.hi == math.inf else ']'}{why}"
 
 
 def _rule(f: Finding) -> str:
@@ -72,6 +76,40 @@ def overall(rows: list[Finding]) -> str:
     return first
 
 
+#: The primary claims, one per paper table, named here before any data is read (issue 42): each is judged on
+#: the training reward at the 95 % level. Every other row (the held-out rewards, the other comparisons, other
+#: recipes and checkpoints) is exploratory: no correction for multiple comparisons is applied to them.
+PRIMARY: tuple[tuple[str, str], ...] = (
+    ("Table 1", "Sol-RL beats DiffusionNFT at equal iterations"),
+    ("Table 2", "More explore steps (up to 6) give a better policy"),
+    ("Table 3", "Reward grows with the candidate pool N at fixed K"),
+    ("Table 4 (K, selection mode)", "Contrastive selection (best_worst) beats random selection"),
+    ("Table 5", "Sol-RL E2E speedup over naive BF16 scaling (measured)"),
+    ("Table 6", "Sol-RL matches naive BF16 scaling (non-inferior)"),
+    ("Table 8", "FP4 explore ranks seeds almost as BF16 does (all-seeds Spearman ρ, final policy)"),
+    ("Sec. naive FP4", "Naive FP4 ends below Sol-RL (at naive FP4's end)"),
+)
+_PRIMARY_CLAIMS = {claim for _, claim in PRIMARY}
+
+
+def mark_primary(rows: list[Finding]) -> list[Finding]:
+    """Flag each primary claim's training-reward row (its only row where the claim has no reward)."""
+    for f in rows:
+        f.primary = f.claim in _PRIMARY_CLAIMS and f.role in (TRAINING, "")
+    return rows
+
+
+def primary_note() -> Note:
+    listing = "; ".join(f"{table}: {claim}" for table, claim in PRIMARY)
+    return Note("Primary claims, named before the data", (
+        f"One per paper table, fixed in the code before any result is read (solbench.report.findings.PRIMARY): "
+        f"{listing}. Each is judged on the training reward, at the {{level}} level, by the rule below; the column "
+        "`primary` marks its row. Every other row (the held-out rewards, other arms, recipes and checkpoints, "
+        "convergence, the decline tests) is exploratory: no correction for multiple comparisons is applied, so among "
+        "many exploratory rows some verdicts come out by chance (about 1 in 20 of the claims that are in truth "
+        "null, at 95 %); read them as hypotheses for a next run, not as results."))
+
+
 def collect_findings(tables: Tables) -> list[Finding]:
     """Every claim for every model of the results."""
     from solbench.report.findings_quality import quality_findings
@@ -91,7 +129,7 @@ def collect_findings(tables: Tables) -> list[Finding]:
             findings += speed_findings(tables, model, runs)
             if metric is not None:
                 findings += convergence_findings(tables, model, runs, metric)
-    return findings
+    return mark_primary(findings)
 
 
 def _held_out_cell(rows: list[Finding]) -> str:
@@ -115,7 +153,7 @@ def findings(tables: Tables):
     for key, g in groups.items():
         f = ([x for x in g if x.role == TRAINING] or g)[0]
         display.append({
-            "claim": f.claim, "paper": f"{f.paper_table}: {f.paper}", "model": f.model,
+            "primary": "**primary**" if f.primary else "exploratory", "claim": f.claim, "paper": f"{f.paper_table}: {f.paper}", "model": f.model,
             "reward": f"`{f.metric}` ({f.role})" if f.role else (f"`{f.metric}`" if f.metric else "-"),
             "measured": fmt_value(f.effect, f.unit), f"{o.ci_level:.0%} interval": _interval(f),
             "interval covers": f.covers or "-", "rule": _rule(f), "verdict": _verdict_text(f),
@@ -125,15 +163,23 @@ def findings(tables: Tables):
     prompts_only = sum(1 for key, v in overall_of.items() if v in (REPRODUCED, CONTRADICTED) and lead[key].prompts_only)
     summary = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in (REPRODUCED, CONTRADICTED, REWARDS_DISAGREE, INCONCLUSIVE,
                                                                 NOT_MEASURED) if counts.get(v, 0) or v != REWARDS_DISAGREE)
+    order = {claim: i for i, (_, claim) in enumerate(PRIMARY)}
+    primary = sorted((lead[key] for key in groups if lead[key].primary), key=lambda f: order[f.claim])
+    table_of = {claim: table for table, claim in PRIMARY}
+    primary_text = ("; primary claims: " + ", ".join(f"{table_of[f.claim]} **{overall_of[f.group()]}**" for f in primary)
+                    if primary else "; none of the primary claims is in these results")
     summary = (f"Measured claims: {summary}"
                + (f" ({prompts_only} of the reproduced/contradicted on eval prompts only: fewer than 3 run seeds, "
                   "the seed-to-seed variance not estimated)" if prompts_only else "")
-               + f"; {int(counts.get(PROJECTION, 0))} projection(s) from the configuration, counted apart")
+               + f"; {int(counts.get(PROJECTION, 0))} projection(s) from the configuration, counted apart"
+               + primary_text)
     widths = [(f.hi - f.lo) / 2 for f in rows if f.unit == "abs" and f.role == TRAINING and math.isfinite(f.lo)]
     power = (f" With these runs, paired quality differences smaller than about ±{fmt_num(float(np.median(widths)))} "
              f"(the median half-width of their intervals on the training reward) cannot be told from zero; claims "
              "of a smaller effect stay inconclusive." if widths else "")
-    outputs = [Table("findings", "Findings: the paper's claims against these results", data, (
+    note = primary_note()
+    note.text = note.text.replace("{level}", f"{o.ci_level:.0%}")
+    outputs = [note, Table("findings", "Findings: the paper's claims against these results", data, (
         f"{summary}. Verdict rule (docs/reports.md, Findings): reproduced when the whole {o.ci_level:.0%} interval lies "
         "on the claim's side of the threshold, contradicted when it lies wholly on the other side, inconclusive when it "
         "spans or touches the threshold, has zero width or there is none, not measured when these results lack the "

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from solbench.report.stats import NOT_MEASURED, verdict
-from solbench.report.tables import Tables, _hashable, same_method
+from solbench.report.tables import HORIZON, Tables, _hashable, _sort_key, same_method
 
 REWARDS_DISAGREE = "rewards disagree"
 TRAINING, HELD_OUT = "training", "held-out"
@@ -37,6 +37,8 @@ class Finding:
     key: str = ""  # rows of one claim on several rewards share it (default: the claim)
     prompts_only: bool = False  # the interval covers eval prompts only: seed-to-seed variance not estimated
     per_seed: str = ""  # each run seed's paired difference (CSV)
+    interval_note: str = ""  # why a bound is missing or infinite, shown beside the interval
+    primary: bool = False  # one of the claims named before the data (findings.PRIMARY)
 
     def decide(self) -> "Finding":
         self.verdict = verdict(self.lo, self.hi, self.threshold, self.direction)
@@ -61,7 +63,10 @@ def fmt_value(value: float, unit: str) -> str:
 # ---- arms -----------------------------------------------------------------------------------------
 
 def main_arm(tables: Tables, runs: pd.DataFrame, method: str) -> str | None:
-    """The arm of ``method`` to compare: the one with most seeds (ablation arms have fewer), first in order."""
+    """The arm of ``method`` to compare: the one with most seeds (ablation arms have fewer), then the one with the
+    most method settings at their most common value (the default ablations vary around), then the one whose
+    horizon (iterations) is the most common, then the first in order. The horizon comes last: an arm run longer
+    than the ablations around it is still their default, compared with them at equal iterations."""
     arms = [a for a in tables.arm_order(runs) if same_method(runs.loc[runs["arm"] == a, "method"].iloc[0], method)]
     if not arms:
         return None
@@ -70,29 +75,34 @@ def main_arm(tables: Tables, runs: pd.DataFrame, method: str) -> str | None:
     varying = [c for c in tables.setting_columns() if c in mine and mine[c].map(_hashable).nunique() > 1]
     modes = {c: mine[c].map(_hashable).value_counts().index[0] for c in varying}
 
-    def at_default(arm: str) -> int:  # settings at their most common value: the default ablations vary around
+    def at_default(arm: str, horizon: bool) -> int:  # settings at their most common value
         run = mine[mine["arm"] == arm].iloc[0]
-        return sum(_hashable(run[c]) == v for c, v in modes.items())
+        return sum(_hashable(run[c]) == v for c, v in modes.items() if (c == HORIZON) == horizon)
 
-    return max(arms, key=lambda a: (counts.get(a, 0), at_default(a), -arms.index(a)))
+    return max(arms, key=lambda a: (counts.get(a, 0), at_default(a, False), at_default(a, True), -arms.index(a)))
 
 
 def axis_arms(tables: Tables, runs: pd.DataFrame, method: str, axis: str) -> dict:
-    """{value of method_config.<axis>: arm} with every other varying setting at its most common value."""
+    """{value of method_config.<axis>: arm} with every other varying method setting at its most common value.
+    The horizon (iterations) is not held: arms of other horizons are compared at the iterations both reached;
+    where one value has arms of several horizons, ``main_arm`` picks among them (most seeds first)."""
     mine = runs[runs["method"].map(lambda m: same_method(m, method))]
     col = f"p_method_config.{axis}"
     if mine.empty or col not in mine or mine[col].map(_hashable).nunique() < 2:
         return {}
-    others = [c for c in tables.setting_columns() if c != col and c in mine and mine[c].map(_hashable).nunique() > 1]
+    others = [c for c in tables.setting_columns() if c not in (col, HORIZON) and c in mine
+              and mine[c].map(_hashable).nunique() > 1]
     keep = pd.Series(True, index=mine.index)
     for c in others:
         values = mine[c].map(_hashable)
         keep &= values == values.value_counts().index[0]
     out: dict = {}
-    for value, arm in zip(mine.loc[keep, col], mine.loc[keep, "arm"]):
-        if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            out.setdefault(value, arm)
-    return dict(sorted(out.items(), key=lambda kv: float(kv[0])))
+    held = mine[keep]
+    for value in held[col].map(_hashable).dropna().unique():
+        arm = main_arm(tables, held[held[col].map(_hashable) == value], method)
+        if arm is not None:
+            out[value] = arm
+    return dict(sorted(out.items(), key=lambda kv: _sort_key(kv[0])))
 
 
 def training_rewards(tables: Tables, runs: pd.DataFrame) -> set[str]:
@@ -102,6 +112,13 @@ def training_rewards(tables: Tables, runs: pd.DataFrame) -> set[str]:
         if column.startswith("p_rewards.") and pd.to_numeric(runs[column], errors="coerce").fillna(0).ne(0).any():
             names.add(column[len("p_rewards."):])
     return names
+
+
+def trained_rewards(tables: Tables, runs: pd.DataFrame) -> set[str]:
+    """The training rewards (``training_rewards``), or, for results that do not record them, the spec's first
+    eval reward, as ``reward_roles`` takes it."""
+    headline = tables.headline_metric()
+    return training_rewards(tables, runs) or ({headline} if headline else set())
 
 
 def reward_roles(tables: Tables, runs: pd.DataFrame) -> list[tuple[str, str]]:

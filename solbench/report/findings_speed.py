@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from solbench.report.findings_common import TRAINING, Finding, main_arm
-from solbench.report.stats import NOT_MEASURED, PROJECTION, bootstrap_ci, fmt_num, mean_ci
+from solbench.report.stats import INCONCLUSIVE, NOT_MEASURED, PROJECTION, bootstrap_ci, fmt_num
 from solbench.report.tables import ROLLOUT_PHASES, Tables
 
 PAPER_T5 = {"rollout": "2.33x (FLUX), 2.41x (SD3.5-L), 1.41x (SANA)", "E2E": "1.62x (FLUX), 1.61x (SD3.5-L), 1.25x (SANA)"}
@@ -69,13 +69,15 @@ def _projection_inputs(name: str, it: pd.DataFrame) -> str:
 
 def speed_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Finding]:
     from solbench.report.clock import hardware, phase_projection
-    from solbench.report.timing import _ratio_of_means, per_run_medians
+    from solbench.report.timing import _ratio_of_means, per_run_medians, quiet_runs
 
     o = tables.options
     sol, naive = main_arm(tables, runs, "sol_rl"), main_arm(tables, runs, "naive_bf16")
     emulated = _emulated(tables)
     out = []
     med = per_run_medians(tables)[0] if sol and naive else pd.DataFrame()
+    quiet, load_text = quiet_runs(tables, med[med["arm"].isin([sol, naive])] if len(med) else med)
+    explore = f" Sol-RL's explore copy: {_explore_of_arm(tables, runs, sol)}." if sol else ""
     proj = phase_projection(tables)
     hw = hardware(tables)
     for kind, col in (("rollout", "rollout_s"), ("E2E", "e2e_s")):
@@ -88,12 +90,14 @@ def speed_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Findi
             p.verdict = NOT_MEASURED
             out += [f, p]
             continue
-        mb, mt = med[med["arm"] == naive][col].to_numpy(), med[med["arm"] == sol][col].to_numpy()
+        timed = med[med["run_id"].isin(quiet)]
+        mb, mt = timed[timed["arm"] == naive][col].to_numpy(), timed[timed["arm"] == sol][col].to_numpy()
         if len(mb) and len(mt):
             f.effect = _ratio_of_means(mb, mt)
             f.lo, f.hi = bootstrap_ci([mb, mt], _ratio_of_means, n_boot=o.n_boot, level=o.ci_level, seed=o.boot_seed)
             f.covers = f"run seeds of each arm ({len(mb)} and {len(mt)}), bootstrap"
-            f.detail = f"{naive} / {sol} seconds per iteration (median per run after warm-up)."
+            f.detail = (f"{naive} / {sol} seconds per iteration (median per run after warm-up). {load_text}"
+                        f"{explore}")
             if emulated:
                 f.verdict = NOT_MEASURED
                 f.detail += (" Measured on CPU / with emulated FP4, which is slower than full precision: this spec's "
@@ -101,7 +105,8 @@ def speed_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Findi
             else:
                 f.decide()
         else:
-            f.detail = "No timings of these arms."
+            f.detail = (f"No timings of these arms left to compare. {load_text}" if len(med) else
+                        "No timings of these arms.")
         out.append(f)
         ib, it = _projected_iteration(proj, runs, naive, kind), _projected_iteration(proj, runs, sol, kind)
         uncounted = _uncounted(tables, kind)
@@ -110,7 +115,8 @@ def speed_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Findi
             p.covers = "none: the value follows from the configuration (counted FLOPs), the same for every seed"
             p.detail = (f"PROJECTION on {hw.name} at {o.mfu:.0%}, from {_projection_inputs(naive, ib)} and "
                         f"{_projection_inputs(sol, it)}; explore FLOPs at the share of a forward the run's recipe "
-                        "quantizes (solbench.quant.shares), everything else at BF16.")
+                        f"quantizes (solbench.quant.shares) at {hw.name}'s {hw.explore_peak()[1]} rate, everything else "
+                        f"at BF16.{explore}")
         else:
             p.verdict = NOT_MEASURED
             p.detail = ("No FLOP counts for these arms." if not (len(ib) and len(it)) else
@@ -141,11 +147,13 @@ def convergence_findings(tables: Tables, model: str, runs: pd.DataFrame, metric:
         f.effect, f.lo, f.hi = r["speedup"], r["speedup_lo"], r["speedup_hi"]
         f.covers = (f"run seeds of each arm ({r['n_seeds_reference']} and {r['n_seeds']}), bootstrap"
                     if not math.isnan(f.lo) else "nothing: one run seed in an arm (a single-curve crossing)")
+        f.interval_note = _speedup_bounds_note(f.effect, f.lo, f.hi, sol)
         scale, unit = (1e3, "ms") if xcol == "projected_s" else (1.0, "s")
         f.detail = (f"Time for {sol} to reach {nft}'s final `{metric}` ({fmt_num(r['target'])}); "
                     + ("never reached by the mean curve." if not math.isfinite(r["time_to_target_s"]) else
                        f"{nft} {r['reference_time_s'] * scale:.4g} {unit} vs {sol} {r['time_to_target_s'] * scale:.4g} "
                        f"{unit}" + (" projected." if xcol == "projected_s" else ".")))
+        f.detail += f" {sol}'s explore copy: {_explore_of_arm(tables, runs, sol)}."
         if r["reference_time_s"] == 0:
             f.detail += (f" {nft}'s final score is already reached at step 0 (it did not improve on its base): "
                          "there is nothing to converge to, whatever the interval says.")
@@ -162,6 +170,26 @@ def convergence_findings(tables: Tables, model: str, runs: pd.DataFrame, metric:
                 f.detail += f" Phases without a FLOP count ({', '.join(uncounted)}) are left out of this clock."
         out.append(f)
     return out
+
+
+def _explore_of_arm(tables: Tables, runs: pd.DataFrame, arm: str) -> str:
+    from solbench.report.explore import explore_text
+
+    return explore_text(runs[runs["arm"] == arm], with_share=tables.fidelity_runs)
+
+
+def _speedup_bounds_note(point: float, lo: float, hi: float, arm: str) -> str:
+    """Why a convergence speedup's interval has no finite bound (or a bound of 0), in words."""
+    if math.isnan(lo) or math.isnan(hi):
+        return ("no interval: one run seed in an arm, a single curve crosses once" if math.isfinite(point) else
+                "no speedup: the mean curve never reaches the target")
+    notes = []
+    if hi == math.inf:
+        notes.append(f"no finite upper bound: in some bootstrap resamples {arm} reaches the target at its first "
+                     "evaluation (time 0, an infinite speedup)")
+    if lo == 0:
+        notes.append(f"lower bound 0: in some resamples {arm} never reaches the target (counted as speedup 0)")
+    return "; ".join(notes)
 
 
 def _primary_recipe(tables: Tables, model: str, recipes: list[str]) -> str | None:
@@ -183,7 +211,8 @@ def _primary_recipe(tables: Tables, model: str, recipes: list[str]) -> str | Non
 
 
 def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
-    """Table 8 per reward and per checkpoint (final policy first, then the base model)."""
+    """Table 8 per reward and per checkpoint (the final policy first, then the base model) and NVFP4 recipe, and
+    the change of fidelity over training (final policy - base model, paired per prompt)."""
     o = tables.options
     threshold = o.fidelity_reference - o.fidelity_margin
 
@@ -201,6 +230,7 @@ def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
                     "block); Sol-RL training candidates are selected-only and biased.")
         return [f]
     from solbench.report.fidelity import group_fidelity, pair_candidates
+    from solbench.report.fidelity_steps import BASE, checkpoint_info, fidelity_levels
 
     cand = tables.candidates[tables.candidates["run_id"].isin(fid["run_id"])]
     groups = group_fidelity(pair_candidates(cand), tuple(o.top_k)) if not cand.empty else pd.DataFrame()
@@ -209,46 +239,93 @@ def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
         f.detail = "The fidelity runs have no prompt group with 3+ candidates at both precisions."
         return [f]
     groups = groups[groups["kind"] == "all seeds"]
-    ckpt = fid.set_index("run_id")["p_checkpoint.path"] if "p_checkpoint.path" in fid else pd.Series(dtype=object)
-    recipe_of = fid.set_index("run_id")["p_quant.recipe"].astype(str) if "p_quant.recipe" in fid else pd.Series(dtype=str)
-    primary = _primary_recipe(tables, model, sorted(set(recipe_of)))
-
-    # one claim per checkpoint and NVFP4 recipe (two recipes are never pooled), ordered final policy first, then
-    # the base model, each with the primary recipe's plain claim before the other recipes': run id -> (order, what)
-    claims = {}
-    for run_id in fid["run_id"]:
-        checkpoint = 0 if pd.notna(ckpt.get(run_id)) else 1
-        recipe = recipe_of.get(run_id)
-        other = recipe is not None and recipe != primary
-        claims[run_id] = ((checkpoint, other, recipe or ""),
-                          ("final policy", "base model")[checkpoint] + (f", {recipe}" if other else ""))
-    groups = groups.assign(what=groups["run_id"].map(lambda run_id: claims[run_id][1]))
     if "reward_name" not in groups or groups["reward_name"].isna().all():
         groups = groups.assign(reward_name="")
-    from solbench.report.findings_common import training_rewards
+    info = checkpoint_info(tables, fid)
+    primary = _primary_recipe(tables, model, sorted(set(info["recipe"])))
+    from solbench.report.findings_common import trained_rewards
 
-    trained = training_rewards(tables, tables.done_runs[tables.done_runs["model"] == model])
+    trained = trained_rewards(tables, tables.done_runs[tables.done_runs["model"] == model])
     out = []
-    for _, what in sorted(set(claims.values())):
-        g_what = groups[groups["what"] == what]
-        if g_what.empty:
-            continue
-        names = [n for n in dict.fromkeys(g_what["reward_name"]) if n != "total"] or ["total"]
-        names = sorted(names, key=lambda n: n not in trained)  # the training reward first (stable: else data order)
-        for i, reward in enumerate(names):
+    # one claim per checkpoint (the final policies of the training runs, pooled over their run seeds; the base
+    # model) and NVFP4 recipe (two recipes are never pooled), the primary recipe's plain claim first; checkpoints
+    # kept before a run's end are the fidelity-against-iteration section's
+    claims = []
+    for recipe, runs in info.groupby("recipe", sort=True):
+        for checkpoint, ids in (("final policy", runs.loc[runs["final"], "run_id"]),
+                                ("base model", runs.loc[runs["checkpoint"] == BASE, "run_id"])):
+            if len(ids):
+                claims.append(((checkpoint != "final policy", recipe != primary, recipe), checkpoint, recipe, ids))
+    for _, checkpoint, recipe, ids in sorted(claims, key=lambda c: c[0]):
+        what = checkpoint + (f", {recipe}" if recipe != primary else "")
+        g_what = groups[groups["run_id"].isin(ids)]
+        for i, reward in enumerate(_rewards_in(g_what, trained)):
             g = g_what[g_what["reward_name"] == reward]
-            rho = g["spearman_rho"].dropna().to_numpy(float)
+            lv = fidelity_levels(g, info, ids, o.ci_level)
+            if lv is None:
+                continue
             f = blank(what)
             f.metric, f.role = reward, (TRAINING if (reward in trained or (i == 0 and not trained)) else "held-out")
-            ci = mean_ci(rho, o.ci_level)
-            # a correlation's t interval can pass ±1 on few prompts: bounds in range
-            f.effect, f.lo, f.hi = ci.mean, max(ci.lo, -1.0), min(ci.hi, 1.0)
-            f.covers = f"prompt groups ({len(rho)}), t interval over prompts; {int(g['spearman_rho'].isna().sum())} constant"
+            f.effect, f.lo, f.hi, f.covers = lv["mean"], lv["lo"], lv["hi"], f"{lv['covers']}; {lv['constant']} constant"
             n = int(g["n_pairs"].median()) if len(g) else 0
             hits = ", ".join(f"hit@{k} {g[f'hit@{k}'].mean():.2f} (chance {k / n:.2f})"
                              for k in o.top_k if f"hit@{k}" in g and g[f"hit@{k}"].notna().any() and n)
-            recipes = ", ".join(sorted(set(recipe_of.reindex(g["run_id"].unique()).dropna()))) or "?"
             f.detail = (f"Non-inferiority to the paper's ρ {o.fidelity_reference:g} with margin {o.fidelity_margin:g}. "
-                        f"Recipe {recipes}; N = {n} seeds per prompt: {hits} (a random ranking's hit@K is K/N).")
-            out.append(f.decide())
+                        f"Explore copy: {_explore_of(tables, fid, recipe)}; N = {n} seeds per prompt: {hits} (a random "
+                        "ranking's hit@K is K/N).")
+            out.append(_judge_width(f.decide(), o))
+    out += _fidelity_change_findings(tables, model, groups, info, primary, trained)
+    return out
+
+
+def _rewards_in(groups: pd.DataFrame, trained: set[str]) -> list[str]:
+    """The rewards the groups rank by, the training reward first ("total" only where it is the only one)."""
+    names = [n for n in dict.fromkeys(groups["reward_name"]) if n != "total"] or ["total"]
+    return sorted(names, key=lambda n: n not in trained)
+
+
+def _explore_of(tables: Tables, fid: pd.DataFrame, recipe: str) -> str:
+    from solbench.report.explore import explore_text
+
+    return explore_text(fid[fid["p_quant.recipe"].astype(str) == recipe], with_share=fid)
+
+
+def _judge_width(f: Finding, o) -> Finding:
+    """A Table 8 interval wider than ``fidelity_max_width`` that decides nothing is too small to judge: say so."""
+    width = f.hi - f.lo
+    if math.isfinite(width) and width > o.fidelity_max_width and f.verdict == INCONCLUSIVE:
+        f.detail = (f"Too small to judge: the interval is {width:.3f} wide, more than {o.fidelity_max_width:g}; measure "
+                    "more prompts or seeds. " + f.detail)
+    return f
+
+
+def _fidelity_change_findings(tables: Tables, model: str, groups: pd.DataFrame, info: pd.DataFrame,
+                              primary: str | None, trained: set[str]) -> list[Finding]:
+    """Does the explore copy keep ranking seeds as the policy trains? ρ(final policy) - ρ(base model), paired per
+    prompt, judged for non-inferiority with ``fidelity_margin`` (exploratory: issue 42's question, no paper table)."""
+    from solbench.report.fidelity_steps import BASE, fidelity_change
+
+    o = tables.options
+    mine = info[info["recipe"] == primary] if primary else info.iloc[0:0]
+    base, final = mine.loc[mine["checkpoint"] == BASE, "run_id"], mine.loc[mine["final"], "run_id"]
+    if base.empty or final.empty:
+        return []
+    out = []
+    g_all = groups[groups["run_id"].isin(set(base) | set(final))]
+    for i, reward in enumerate(_rewards_in(g_all, trained)):
+        g = g_all[g_all["reward_name"] == reward]
+        ch = fidelity_change(g, info, final, base, o.ci_level)
+        if ch is None:
+            continue
+        f = Finding("FP4 ranking fidelity holds as the policy trains (Δρ final policy - base model)", "Table 8 (over "
+                    "training)", "not in the paper: Table 8 measures one policy", unit="abs",
+                    threshold=-o.fidelity_margin, model=model, metric=reward,
+                    role=TRAINING if (reward in trained or (i == 0 and not trained)) else "held-out",
+                    key="table8 change over training")
+        f.effect, f.lo, f.hi, f.covers = ch["mean"], ch["lo"], ch["hi"], ch["covers"]
+        steps = sorted({int(s) for s in mine.loc[mine["final"], "step"].dropna()})
+        f.detail = (f"Δ = Spearman ρ of the final policy (step {', '.join(map(str, steps)) or '?'}) - of the base model, "
+                    f"recipe {primary}, paired per prompt (same prompts and candidate noise); non-inferiority with "
+                    f"margin {o.fidelity_margin:g}. Every step: the section 'Ranking fidelity against training iteration'.")
+        out.append(f.decide())
     return out

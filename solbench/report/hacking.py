@@ -77,7 +77,7 @@ def _figure(tables: Tables, model: str, runs: pd.DataFrame, data: pd.DataFrame) 
     ax = fig.subplots()
     for arm in arms:
         a = data[data["arm"] == arm].sort_values("step")
-        ax.plot(a["step"], a["extra_mean"], marker="o", markersize=2.5, label=arm, **styles[arm])
+        ax.plot(a["step"], a["extra_mean"], markersize=2.5, label=arm, **styles[arm])
         if a["extra_lo"].notna().any():
             ax.fill_between(a["step"], a["extra_lo"], a["extra_hi"], color=styles[arm]["color"], alpha=0.12, linewidth=0)
     ax.set_xlabel("iteration", fontsize=8)

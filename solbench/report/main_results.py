@@ -42,6 +42,15 @@ def _eval_setup(tables: Tables, runs: pd.DataFrame) -> str:
             values = sorted({str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
                              for v in runs[column].dropna()})
             parts.append(template.format("/".join(values)))
+    # the rest of the evaluation protocol (eval.guidance / resolution / sampler / shift; unset, the training setting)
+    for column, fallback, template in (("p_eval.guidance", "p_sampling.guidance", "guidance {}"),
+                                       ("p_eval.resolution", "p_model.resolution", "{} px"),
+                                       ("p_eval.sampler", None, "{} sampler"), ("p_eval.shift", "p_sampling.shift", "shift {}")):
+        own = runs[column] if column in runs else pd.Series(index=runs.index, dtype=object)
+        values = own.where(own.notna(), runs[fallback]) if fallback in runs else own
+        if values.notna().any():
+            parts.append(template.format("/".join(sorted({str(int(v)) if isinstance(v, float) and v.is_integer()
+                                                          else str(v) for v in values.dropna()}))))
     if "p_eval.use_ema" in runs and runs["p_eval.use_ema"].notna().any():
         ema = set(runs["p_eval.use_ema"].dropna().astype(bool))
         parts.append("EMA weights" if ema == {True} else ("raw (non-EMA) weights" if ema == {False} else "EMA for some runs only"))

@@ -20,6 +20,10 @@ _METHOD_COLOURS = {
     "DiffusionNFT": "#1f77b4", "Sol-RL": "#d62728", "naive BF16 scaling": "#2ca02c", "naive FP4": "#ff7f0e",
 }
 _FALLBACK = ["#17becf", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
+# Colours of a method's further arms (ablations, other horizons): hues at least 20 degrees apart from each other,
+# none a shade of a method's colour, so that seven Sol-RL arms are seven colours, not seven reds (issue 42)
+_ARM_COLOURS = ["#17becf", "#bcbd22", "#393b79", "#1b9e77", "#a6761d", "#66a61e", "#e7298a", "#000000"]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h"]
 PHASE_COLOURS = {
     "explore": "#ff7f0e", "select": "#ffbb78", "regenerate": "#d62728", "rollout": "#1f77b4",
     "reward": "#9467bd", "train": "#2ca02c", "sync": "#8c564b",
@@ -40,11 +44,13 @@ def headline_arms(tables, runs) -> set[str]:
 
 
 def arm_styles(arms: list[str], methods: dict[str, str], headline: set[str] | None = None) -> dict[str, dict]:
-    """Colour by method, the headline arm of each method (``headline``; default: its first arm) in the method's
-    own strong colour with a thick solid line; the method's other arms in darker or lighter variants of it
-    (never near white) with other line styles."""
+    """A style per arm, every arm distinguishable: the headline arm of each method (``headline``; default: its
+    first arm) in the method's own colour with a thick solid line and round markers; every further arm in a colour
+    of its own (``_ARM_COLOURS``, distinct hues, in turn over the whole figure), with its own marker and a
+    dashed or dotted line."""
     styles, seen, fallback = {}, {}, iter(_FALLBACK * 10)
     extra: dict[str, str] = {}
+    others = iter(range(10 ** 6))
     headline = set(headline or ())
     ordered = sorted(arms, key=lambda a: (a not in headline, arms.index(a)))  # headline arms take variant 0
     for arm in ordered:
@@ -52,10 +58,15 @@ def arm_styles(arms: list[str], methods: dict[str, str], headline: set[str] | No
         colour = _METHOD_COLOURS.get(display) or extra.setdefault(display, next(fallback))
         count = seen.get(display, 0)
         seen[display] = count + 1
-        if count:  # a further arm of the same method: a variant of its colour and another line style
-            colour = _variant(colour, count)
-        styles[arm] = {"color": colour, "linestyle": _LINESTYLES[count % len(_LINESTYLES)],
-                       "linewidth": 2.2 if count == 0 else 1.1, "zorder": 3 if count == 0 else 2}
+        if count:  # a further arm of the same method: a colour, marker and line style of its own
+            k = next(others)
+            colour = _ARM_COLOURS[k % len(_ARM_COLOURS)]
+            if k >= len(_ARM_COLOURS):  # more arms than colours: the second round is darker
+                colour = _variant(colour, 1)
+            styles[arm] = {"color": colour, "linestyle": _LINESTYLES[1 + k % (len(_LINESTYLES) - 1)],
+                           "linewidth": 1.3, "marker": _MARKERS[(k + 1) % len(_MARKERS)], "zorder": 2}
+        else:
+            styles[arm] = {"color": colour, "linestyle": "-", "linewidth": 2.2, "marker": "o", "zorder": 3}
     return {arm: styles[arm] for arm in arms}
 
 

@@ -58,8 +58,15 @@ ROLLOUT_PHASES = ("explore", "select", "regenerate", "rollout", "reward")
 PHASE_ORDER = ("explore", "select", "regenerate", "rollout", "reward", "train", "sync")
 EVAL_PHASES = ("eval",)
 
-# p_* columns never used to tell arms apart (identity and bookkeeping, not settings).
-_NOT_SETTINGS = {"p_seed", "p_experiment", "p_method", "p_model.name", "p_checkpoint_every"}
+# p_* columns never used to tell arms apart (identity and bookkeeping, not settings), and what a fidelity run
+# measured when it built its explore copy (solbench.fidelity.record_mac_share: it follows from the recipe)
+_NOT_SETTINGS = {"p_seed", "p_experiment", "p_method", "p_model.name", "p_checkpoint_every", "p_quant.mac_share",
+                 "p_quant.quantized_linears", "p_quant.linears"}
+_NOT_SETTING_PREFIXES = ("p_model_identity.",)
+#: The run's horizon: arms that differ in it are separate arms (never pooled), compared at equal iterations.
+HORIZON = "p_iterations"
+# short names of settings in arm labels (what a legend has room for)
+_SHORT = {"quant.recipe": "recipe", "quant.backend": "backend"}
 
 
 def normalise_method(name: str) -> str:
@@ -96,6 +103,9 @@ class ReportOptions:
     # rho's interval lies above fidelity_reference - fidelity_margin (docs/reports.md, "Findings")
     fidelity_reference: float = 0.927  # the paper's Table 8 Spearman rho
     fidelity_margin: float = 0.05  # the paper's own spread between rewards (tau 0.798 overall, 0.752 CLIPScore)
+    # a Table 8 interval wider than this that decides nothing says it is too small to judge (issue 42: the main
+    # job's 8 x 8 gave 0.837 [0.680, 0.993])
+    fidelity_max_width: float = 0.15
     n_boot: int = 2000  # bootstrap resamples for ratio CIs
     boot_seed: int = 0
     hardware: str = "B200"  # cost projection profile (B200 | H100)
@@ -133,7 +143,18 @@ def _hashable(value: Any) -> Any:
 
 def _short_setting(column: str) -> str:
     name = column[2:] if column.startswith("p_") else column
-    return name.split(".")[-1] if name.startswith("method_config.") else name
+    return name.split(".")[-1] if name.startswith("method_config.") else _SHORT.get(name, name)
+
+
+def _label_rank(column: str) -> tuple:
+    """Order of the settings in an arm label: the checkpoint, the explore recipe, method settings, the rest."""
+    return (not column.startswith("p_checkpoint."), column != "p_quant.recipe", not column.startswith("p_method_config."),
+            column)
+
+
+def is_setting(column: str) -> bool:
+    """Whether a runs-table column is a setting that tells arms apart (p_*, not identity or a measurement)."""
+    return column.startswith("p_") and column not in _NOT_SETTINGS and not column.startswith(_NOT_SETTING_PREFIXES)
 
 
 def _sort_key(value: Any) -> tuple:
@@ -337,11 +358,12 @@ def _label_arms(runs: pd.DataFrame) -> pd.DataFrame:
     settings: list[str] = []
     labels = pd.Series(runs["method_display"].astype(str).values, index=runs.index)
     sort_keys = pd.Series([()] * len(runs), index=runs.index, dtype=object)
-    p_columns = [c for c in runs.columns if c.startswith("p_") and c not in _NOT_SETTINGS]
+    p_columns = [c for c in runs.columns if is_setting(c)]
     for (_model, _method), group in runs.groupby(["model", "method"], sort=False):
         varying = [c for c in p_columns if group[c].map(_hashable).nunique(dropna=False) > 1]
-        # method settings first (n, k, explore steps), then everything else
-        varying.sort(key=lambda c: (not c.startswith("p_method_config."), c))
+        # the checkpoint and the recipe first (a fidelity arm is named by them), method settings (n, k, explore
+        # steps), then everything else
+        varying.sort(key=_label_rank)
         for column in varying:
             if column not in settings:
                 settings.append(column)
@@ -351,7 +373,7 @@ def _label_arms(runs: pd.DataFrame) -> pd.DataFrame:
                 parts = [f"{_short_setting(c)}={_fmt_setting(_hashable(run[c]))}" for c in varying
                          if not c.startswith("p_checkpoint.")]
                 if any(c.startswith("p_checkpoint.") for c in varying):  # one part, not a path and run id
-                    parts.insert(0, f"checkpoint={_checkpoint_label(run)}")
+                    parts.insert(0, f"checkpoint={_checkpoint_label(run, runs)}")
                 labels[index] = f"{run['method_display']} ({', '.join(parts)})"
     runs["arm"] = labels
     runs["arm_key"] = sort_keys
@@ -359,12 +381,19 @@ def _label_arms(runs: pd.DataFrame) -> pd.DataFrame:
     return runs
 
 
-def _checkpoint_label(run) -> str:
-    """A fidelity run's checkpoint in a few characters: the method and step it came from, or 'base'."""
+def _checkpoint_label(run, runs: pd.DataFrame | None = None) -> str:
+    """A fidelity run's checkpoint in a few characters: the method and step it came from and, when the run it
+    came from is in these results, that run's seed ("sol_rl@32 seed 1"); or 'base'."""
     method, step = _hashable(run.get("p_checkpoint.method")), _hashable(run.get("p_checkpoint.step"))
     if method is None and _hashable(run.get("p_checkpoint.path")) is None:
         return "base"
-    return f"{method or 'run'}" + (f"@{_fmt_setting(step)}" if step is not None else "")
+    label = f"{method or 'run'}" + (f"@{_fmt_setting(step)}" if step is not None else "")
+    source = _hashable(run.get("p_checkpoint.run_id"))
+    if runs is not None and source is not None:
+        seeds = runs.loc[runs["run_id"].astype(str) == str(source), "seed"]
+        if len(seeds) and _hashable(seeds.iloc[0]) is not None:
+            label += f" seed {_fmt_setting(_hashable(seeds.iloc[0]))}"
+    return label
 
 
 def data_hash(results_dir: Path) -> str:

@@ -109,6 +109,29 @@ def contention_note(tables: Tables, loads: pd.DataFrame) -> Note:
         + "\n".join(lines)), level="warning")
 
 
+def quiet_runs(tables: Tables, med: pd.DataFrame) -> tuple[set[str], str]:
+    """(the run ids of ``med`` timed on quiet cores, a sentence saying which were left out and why): a speed
+    finding compares timings of quiet runs only. Runs that recorded no load are kept (and the sentence says
+    the load is unknown)."""
+    if med.empty:
+        return set(), ""
+    loads = run_load(tables)
+    ids = set(med["run_id"])
+    if loads.empty or not ids & set(loads["run_id"]):
+        return ids, "The load on these runs' cores was not recorded: whether other programs shared them is unknown."
+    busy = loads[loads["run_id"].isin(ids) & (loads["load"] > CONTENTION)]
+    if busy.empty:
+        return ids, (f"No run of these arms was timed under contention (other programs' load at most "
+                     f"{loads.loc[loads['run_id'].isin(ids), 'load'].max():.2f} of a run's cores; flag above "
+                     f"{CONTENTION}).")
+    arm = med.set_index("run_id")["arm"]
+    left = ", ".join(f"`{r.run_id}` ({arm[r.run_id]}, load {r.load:.2f})" for r in busy.itertuples())
+    kept = ids - set(busy["run_id"])
+    none_left = [a for a in dict.fromkeys(med["arm"]) if not set(med.loc[med["arm"] == a, "run_id"]) & kept]
+    return kept, (f"Left out as timed under contention (load above {CONTENTION}): {left}."
+                  + (f" None of {', '.join(none_left)} is left: no measured speed for it." if none_left else ""))
+
+
 def _ratio_of_means(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(a) / np.mean(b)) if np.mean(b) > 0 else math.nan
 
@@ -165,16 +188,21 @@ def timing(tables: Tables):
         outputs.append(Note("Warm-up", f"Some runs have no more than {opts.warmup} timed iteration(s): "
                                        "their medians include the warm-up iterations.", level="warning"))
 
-    # Table 5 layout: naive BF16 scaling vs Sol-RL
+    # Table 5 layout: naive BF16 scaling vs Sol-RL, from the runs timed on quiet cores
+    from solbench.report.explore import explore_text
+
+    quiet, load_text = quiet_runs(tables, med)
     pairs = []
     for model in sorted(med["model"].unique()):
-        m = med[med["model"] == model]
+        m = med[(med["model"] == model) & med["run_id"].isin(quiet)]
         bases = [a for a in tables.arm_order(tables.done_runs) if a in set(m.loc[m["method"].map(lambda x: same_method(x, opts.baseline_method)), "arm"])]
         targets = [a for a in tables.arm_order(tables.done_runs) if a in set(m.loc[m["method"].map(lambda x: same_method(x, opts.target_method)), "arm"])]
         for b in bases:
             for t in targets:
                 rb, rt = m[m["arm"] == b], m[m["arm"] == t]
-                row = dict(model=model, baseline=b, target=t, n_seeds_baseline=len(rb), n_seeds_target=len(rt))
+                row = dict(model=model, baseline=b, target=t, n_seeds_baseline=len(rb), n_seeds_target=len(rt),
+                           explore=explore_text(tables.done_runs[tables.done_runs["arm"] == t],
+                                                with_share=tables.fidelity_runs))
                 for col, name in (("rollout_s", "rollout"), ("e2e_s", "e2e")):
                     cb, ct = mean_ci(rb[col].values, level), mean_ci(rt[col].values, level)
                     sp = _speedup(rb[col].values, rt[col].values, tables)
@@ -186,6 +214,7 @@ def timing(tables: Tables):
         tidy = pd.DataFrame(pairs)
         display = pd.DataFrame([{
             "model": r["model"], "baseline": r["baseline"], "target": r["target"],
+            "target's explore (format, recipe, backend)": r["explore"],
             "rollout baseline (s)": fmt_ci(mean_ci_from(r, "rollout_baseline")),
             "rollout target (s)": fmt_ci(mean_ci_from(r, "rollout_target")),
             "rollout speedup": _fmt_speedup(r["rollout_speedup"], r["rollout_speedup_lo"], r["rollout_speedup_hi"]),
@@ -199,12 +228,15 @@ def timing(tables: Tables):
             f"gives its median over iterations after {opts.warmup} warm-up iteration(s); cells are the mean over "
             f"seeds ± half-width of the {level:.0%} t interval. Speedup = baseline / target seconds, with a "
             f"{level:.0%} bootstrap interval over seeds ({opts.n_boot} resamples) when both arms have 2+ seeds. "
+            f"Only runs timed on quiet cores: {load_text} The target's explore column names the low-precision "
+            "format, recipe and backend its seconds were measured with. "
             "The paper's numbers (8x B200) are in the cost projection section."), display=display))
     else:
         outputs.append(Note("Table 5 pair", f"No done runs of both `{opts.baseline_method}` and `{opts.target_method}` "
                                            "on the same model: the speedup table needs both (per-arm timings follow)."))
 
     # every arm, with the per-phase medians
+    explore_ids = set(tables.timings.loc[tables.timings["precision"] == "explore", "run_id"])
     phases = _phase_order(phase_med["phase"].unique())
     rows, display_rows = [], []
     for model in sorted(med["model"].unique()):
@@ -222,7 +254,10 @@ def timing(tables: Tables):
                        rollout_lo=roll.lo, rollout_hi=roll.hi, e2e_s=e2e.mean, e2e_lo=e2e.lo, e2e_hi=e2e.hi,
                        load_max=float(run_loads.max()) if len(run_loads) else np.nan, contended_runs=contended)
             pm = phase_med[(phase_med["model"] == model) & (phase_med["arm"] == arm)].groupby("phase")["seconds"].mean()
-            disp = {"model": model, "method": arm, "seeds": str(len(a)), "rollout (s)": fmt_ci(roll), "E2E (s)": fmt_ci(e2e),
+            explores = tables.done_runs[tables.done_runs["run_id"].isin(set(a["run_id"]) & explore_ids)]
+            disp = {"model": model, "method": arm, "seeds": str(len(a)),
+                    "explore (format, recipe, backend)": explore_text(explores) if len(explores) else "-",
+                    "rollout (s)": fmt_ci(roll), "E2E (s)": fmt_ci(e2e),
                     "load": ("-" if run_loads.empty else f"{run_loads.max():.2f}"
                              + (f" (**{contended} run{'s' if contended > 1 else ''} contended**)" if contended else ""))}
             for phase in phases:
@@ -244,7 +279,8 @@ def timing(tables: Tables):
         "Phase columns: mean over seeds of each run's median seconds "
         "per iteration spent in that phase (0 where a method has no such phase); medians of phases need not "
         "add up to the median of the totals."), display=pd.DataFrame(display_rows)))
-    outputs.append(_phase_figure(tables, phase_med, phases))
+    contended_arms = {r["arm"] for r in rows if r["contended_runs"]}
+    outputs.append(_phase_figure(tables, phase_med, phases, contended_arms))
     return outputs
 
 
@@ -259,9 +295,11 @@ def _phase_order(phases) -> list[str]:
     return [p for p in PHASE_ORDER if p in phases] + sorted(p for p in phases if p not in PHASE_ORDER)
 
 
-def _phase_figure(tables: Tables, phase_med: pd.DataFrame, phases: list[str]) -> Figure:
+def _phase_figure(tables: Tables, phase_med: pd.DataFrame, phases: list[str], contended: set[str] = frozenset()) -> Figure:
     models = sorted(phase_med["model"].unique())
-    fig = new_figure(max(5.0, 1.6 + 1.1 * phase_med["arm"].nunique()) * min(len(models), 2), 4.2)
+    # each bar as wide as its longest label line: labels break between words only, so a long setting widens the bar
+    per_bar = max([1.1] + [0.075 * len(line) for arm in phase_med["arm"].unique() for line in _wrap(arm).split("\n")])
+    fig = new_figure(max(5.0, 1.6 + per_bar * phase_med["arm"].nunique()) * min(len(models), 2), 4.2)
     axes = fig.subplots(1, len(models), squeeze=False)[0]
     plotted = []
     for ax, model in zip(axes, models):
@@ -274,9 +312,13 @@ def _phase_figure(tables: Tables, phase_med: pd.DataFrame, phases: list[str]) ->
             ax.bar(range(len(arms)), values, bottom=bottom, color=phase_colour(phase, i), label=phase,
                    edgecolor="white", linewidth=0.5)
             bottom += values
-        for x, total in enumerate(bottom):
-            ax.text(x, total, f"{total:.3g}s", ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(arms)), [_wrap(a) for a in arms], fontsize=8)
+        for x, (arm, total) in enumerate(zip(arms, bottom)):
+            mark = arm in contended
+            ax.text(x, total, f"{total:.3g}s" + ("\ncontended" if mark else ""), ha="center", va="bottom", fontsize=8,
+                    color="#b00000" if mark else "black", fontweight="bold" if mark else "normal")
+            if mark:  # hatch the bar of an arm with a run timed beside other programs
+                ax.bar([x], [total], color="none", edgecolor="#b00000", hatch="//", linewidth=1.0)
+        ax.set_xticks(range(len(arms)), [_wrap(a) + (" *" if a in contended else "") for a in arms], fontsize=8)
         ax.set_ylabel("seconds per iteration (median)")
         ax.set_title(f"{model}: per-phase time per iteration", fontsize=10)
         ax.set_ylim(0, max(bottom.max() * 1.15, 1e-9))
@@ -287,11 +329,15 @@ def _phase_figure(tables: Tables, phase_med: pd.DataFrame, phases: list[str]) ->
     return Figure("timing_phases_chart", "Per-phase time per iteration (stacked)", fig, (
         "Measured. Stacked bars: mean over seeds of each run's median seconds per iteration in each phase, "
         f"after {tables.options.warmup} warm-up iteration(s); evaluation excluded. The paper's Table 5 splits "
-        "the same iteration into rollout (explore/select/regenerate or rollout, plus reward) and the rest (train, sync)."),
+        "the same iteration into rollout (explore/select/regenerate or rollout, plus reward) and the rest (train, sync)."
+        + (f" Hatched, marked 'contended' and starred: arms with a run timed while other programs kept more than "
+           f"{CONTENTION} of its cores busy ({', '.join(sorted(contended))}); their seconds are slower than the same "
+           "work on quiet cores (the load note above)." if contended else "")),
         data=pd.concat(plotted, ignore_index=True))
 
 
 def _wrap(label: str, width: int = 14) -> str:
+    """A tick label over several lines, broken between words only (never "explor e_steps")."""
     import textwrap
 
-    return "\n".join(textwrap.wrap(label, width)) or label
+    return "\n".join(textwrap.wrap(label, width, break_long_words=False, break_on_hyphens=False)) or label

@@ -193,12 +193,14 @@ class RunStore:
     def write_status(self, state: str, **info: Any) -> None:
         """Record the run's state (pending | running | done | failed) with free-form details.
 
-        Keys kept from the previous status unless overridden: ``attempt`` and ``submitted_at``.
+        Keys kept from the previous status unless overridden: ``attempt``, ``submitted_at`` and
+        ``numerics`` (the first attempt's numerics setting, solbench.numerics: kept here as well as in
+        env.json, so that losing one file cannot rewrite it).
         """
         if state not in STATES:
             raise ValueError(f"unknown run state {state!r}; states are {list(STATES)}")
         previous = self.read_status()
-        status = {k: previous[k] for k in ("attempt", "submitted_at") if k in previous}
+        status = {k: previous[k] for k in ("attempt", "submitted_at", "numerics") if k in previous}
         status.update(info)
         status.update(state=state, run_id=self.run_id, updated_at=_now())
         self.write_json("status.json", status)

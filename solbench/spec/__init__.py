@@ -29,10 +29,11 @@ method declares is an error.
 
 Precedence, lowest first: RunConfig defaults < ``base`` < ``methods.<method>`` < matrix/include values.
 
-Everything is checked before anything runs: unknown keys, wrong types, NaN/inf numbers, unknown
+Everything is checked before anything runs: unknown keys, wrong types, NaN/inf numbers, numbers out of
+range (a learning rate <= 0, a negative weight decay: ``models.FIELD_BOUNDS``; counts below 1), unknown
 methods, models, rewards, quantization recipes and prompt sets, prompts_per_iter or eval.n_prompts
-larger than their prompt set, a tiny model path that is neither pretrained nor random, K > N, batch
-arithmetic that does not divide. Errors are ConfigError naming the file, the line, the key path and
+larger than their prompt set, a tiny model path that is neither pretrained nor random, K > N, more
+explore steps than sampling.steps, batch arithmetic that does not divide, and the ``fidelity:`` block. Errors are ConfigError naming the file, the line, the key path and
 the allowed values. (Prompt files given as paths are checked when the run is launched if they are
 not on the expanding machine.)
 
@@ -45,7 +46,7 @@ One job a module (this __init__ only re-exports their names):
 - models.py: the pydantic schema of specs and launch profiles, and how its errors read;
 - registries.py: the models, rewards, recipes and prompt sets a spec is checked against;
 - plan.py: the expanded spec (``ExperimentSpec``, ``PlannedRun``) and ``runs_table``;
-- resolver.py: the expansion of a spec into resolved, checked runs;
+- resolver.py: the expansion of a spec into resolved, checked runs (fidelity_block.py: the ``fidelity:`` block);
 - load.py: ``load_spec``, reading, validating and expanding a spec file;
 - profiles.py: launch profiles (``load_profile``, ``check_launch``).
 """

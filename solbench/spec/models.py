@@ -1,7 +1,9 @@
 """The pydantic schema of specs and launch profiles, and how its validation errors read.
 
 The run sections (``base``, ``methods.<name>``) are models generated from the RunConfig dataclasses, so
-the schema never drifts from the config; every model is strict (unknown keys and wrong types are errors).
+the schema never drifts from the config; every model is strict (unknown keys and wrong types are errors), and
+``FIELD_BOUNDS`` puts the numeric ranges of RunConfig fields into them (a negative learning rate is an error
+naming its key and line at expansion, not torch's "Invalid learning rate" in every run).
 ``_format_validation_error`` turns a pydantic ValidationError into a ConfigError naming the file, line and
 key path, with the allowed keys of the model at that path.
 """
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import operator
+import types
 import typing
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Optional, Union
@@ -26,23 +30,75 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 _RESERVED_FIELDS = ("experiment", "method")
 
 
-def _override_model(dc: type, name: str, exclude: Sequence[str] = ()) -> type[BaseModel]:
-    """A strict model where every field of dataclass ``dc`` may be given (and none has to be)."""
+#: Numeric ranges of RunConfig fields (dotted paths), part of the schema wherever a run's value is given
+#: (``base``, ``methods.<name>``, the matrix, a sweep's sampled values, and the defaults): pydantic's
+#: operators gt/ge/lt/le. A tuple field's bound applies to each item, an optional field's to its value.
+#: Counts that must be >= 1 are checked with the whole run (solbench/spec/resolver.py, ``_check_run``).
+FIELD_BOUNDS: dict[str, dict[str, float]] = {
+    "finetune.lr": {"gt": 0},  # AdamW refuses lr < 0; lr 0 trains nothing
+    "finetune.weight_decay": {"ge": 0},
+    "finetune.grad_clip": {"ge": 0},  # 0 turns clipping off (the trainer clips at inf)
+    "finetune.lora_alpha": {"gt": 0},
+    "finetune.adam_betas": {"ge": 0, "lt": 1},
+    "finetune.ema_decay": {"ge": 0, "le": 1},
+    "sampling.shift": {"gt": 0},
+    "model.resolution": {"ge": 1},
+    "eval.grid_prompts": {"ge": 0},
+}
+
+_BOUND_WORDS = {"gt": (operator.gt, "greater than"), "ge": (operator.ge, "greater than or equal to"),
+                "lt": (operator.lt, "less than"), "le": (operator.le, "less than or equal to")}
+
+
+def bound_problem(path: str, value: Any) -> str | None:
+    """What is wrong with ``value`` for the RunConfig field ``path`` (dotted) by ``FIELD_BOUNDS``, else None
+    (for values given outside a run section, e.g. a sweep's range ends)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    for op, limit in FIELD_BOUNDS.get(path, {}).items():
+        check, words = _BOUND_WORDS[op]
+        if not check(value, limit):
+            return f"should be {words} {limit:g}, got {value!r}"
+    return None
+
+
+def _bounded(hint: Any, bounds: dict[str, float]) -> Any:
+    """``hint`` with ``bounds`` on its numbers: each item of a tuple, the value of an Optional."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        return Union[tuple(arg if arg is type(None) else _bounded(arg, bounds) for arg in args)]
+    if origin is tuple:
+        return tuple[tuple(_bounded(arg, bounds) for arg in args)]
+    return Annotated[hint, Field(**bounds)]
+
+
+def _override_model(dc: type, name: str, exclude: Sequence[str] = (), prefix: str = "",
+                    bounded: set[str] | None = None) -> type[BaseModel]:
+    """A strict model where every field of dataclass ``dc`` may be given (and none has to be), with the
+    ``FIELD_BOUNDS`` of its fields (``prefix``: the dotted path of ``dc`` in RunConfig)."""
     hints = typing.get_type_hints(dc)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(dc):
         if f.name in exclude:
             continue
         hint = hints[f.name]
+        path = prefix + f.name
         if dataclasses.is_dataclass(hint):
-            hint = _override_model(hint, f"{name}.{f.name}")
+            hint = _override_model(hint, f"{name}.{f.name}", prefix=f"{path}.", bounded=bounded)
+        elif path in FIELD_BOUNDS:
+            hint = _bounded(hint, FIELD_BOUNDS[path])
+            if bounded is not None:
+                bounded.add(path)
         # The hint is kept as is (not Optional): an explicit null is checked like any other value.
         fields[f.name] = (hint, Field(default=None))
     return create_model(name, __config__=_STRICT, **fields)
 
 
-RunOverrides = _override_model(RunConfig, "RunOverrides", exclude=_RESERVED_FIELDS)
+_applied: set[str] = set()
+RunOverrides = _override_model(RunConfig, "RunOverrides", exclude=_RESERVED_FIELDS, bounded=_applied)
 _FullRun = _override_model(RunConfig, "RunConfig")
+if set(FIELD_BOUNDS) - _applied:  # a renamed or removed field: its bound would silently check nothing
+    raise RuntimeError(f"FIELD_BOUNDS names no RunConfig field: {', '.join(sorted(set(FIELD_BOUNDS) - _applied))}")
 
 
 class ProfileModel(BaseModel):
@@ -119,15 +175,27 @@ class SweepModel(BaseModel):
     params: dict[str, SweepParam]
 
 
+class FidelityCheckpoint(BaseModel):
+    """One entry of ``fidelity.checkpoint`` as a mapping: checkpoints of a method's runs picked by arm, seed and
+    step (solbench.fidelity.plan_block), e.g. ``{method: sol_rl, steps: [16, 32], seeds: [0, 1, 2]}``."""
+
+    model_config = _STRICT
+    method: str
+    iterations: Optional[int] = Field(default=None, ge=1)  # the arm that ran this many (default: the main arm)
+    steps: list[int] = Field(default_factory=list)  # checkpoint steps, each one the run keeps (default: its final)
+    seeds: list[int] = Field(default_factory=list)  # run seeds (default: the arm's lowest)
+    recipes: list[str] = Field(default_factory=list)  # default: the block's recipes
+
+
 class FidelityBlock(BaseModel):
     """A spec's ``fidelity:`` block: the unbiased all-seeds ranking fidelity `solbench run` measures after
     training (solbench.fidelity.run_spec_block), one fidelity run per explore recipe, results under the
     spec's experiment folder."""
 
     model_config = _STRICT
-    # a method of the spec (its lowest-seed main run's final checkpoint) or "base"; a list measures each
-    # (e.g. [sol_rl, base]: fidelity at the end and at the start of training)
-    checkpoint: Union[str, list[str]] = "sol_rl"
+    # a method of the spec (its lowest-seed main run's final checkpoint), "base", or a FidelityCheckpoint mapping
+    # (other seeds, steps, arms, recipes); a list measures each (e.g. [sol_rl, base]: at the end and the start)
+    checkpoint: Union[str, FidelityCheckpoint, list[Union[str, FidelityCheckpoint]]] = "sol_rl"
     role: Literal["policy", "ema", "old"] = "policy"
     n_prompts: int = Field(default=8, ge=1)  # M: the first M eval prompts of the run
     seeds: int = Field(default=8, ge=3)  # N seeds per prompt, each at both precisions (3+: report.fidelity.MIN_PAIRS)

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from solbench.config import RunConfig
 from solbench.errors import ConfigError
+from solbench.spec.fidelity_block import check_fidelity_block
 from solbench.spec.models import _RESERVED_FIELDS, SpecModel, _format_validation_error, _FullRun
 from solbench.spec.plan import ExperimentSpec, PlannedRun
 from solbench.spec.registries import Registries, is_prompt_path
@@ -71,10 +72,13 @@ class _Resolver:
         return ConfigError(f"{self._where(loc)}: {_dotted(loc)}: {message}")
 
     def _key_where(self, key: str, method: str, loc: tuple) -> str:
-        """file:line where a run's value of ``key`` (dotted) is set: the matrix, the method's overrides
-        or base, the most specific first; else the combination's own line."""
+        """file:line where a run's value of ``key`` (dotted) is set: the combination's own entry (an include
+        entry), the matrix, the method's overrides or base, the most specific first; else the combination's
+        own line. A method axis (``method_config.k``) is also found by its matrix name (``k``)."""
         parts = tuple(key.split("."))
-        for candidate in (("matrix", key), ("methods", method, *parts), ("base", *parts)):
+        names = (key, parts[-1]) if parts[0] == "method_config" else (key,)
+        for candidate in (*((*loc, name) for name in names), *(("matrix", name) for name in names),
+                          ("methods", method, *parts), ("base", *parts)):
             if candidate in self.lines:
                 return self._where(candidate)
         return self._where(loc)
@@ -163,6 +167,8 @@ class _Resolver:
                               "are dropped)")
         if not runs:
             raise self._error(("matrix",), "the spec expands to no runs (everything excluded?)")
+        check_fidelity_block(model.fidelity, [run.method for run in runs.values()], self.source, self.lines,
+                             self.registries, runs=list(runs.values()))
         axis_keys = list(matrix) + [k for entry in model.include for k in entry if k not in matrix]
         return ExperimentSpec(name=model.name, path=path, description=model.description, launch=model.launch,
                               runs=list(runs.values()), sweep=model.sweep, axis_keys=list(dict.fromkeys(axis_keys)),
@@ -216,7 +222,9 @@ class _Resolver:
         try:
             checked = _FullRun.model_validate_json(json.dumps(cfg), strict=True).model_dump()
         except ValidationError as err:
-            raise ConfigError(f"{self._where(loc)}: run ({label}): "
+            # the line where the first wrong value is set (the matrix entry of finetune.lr, say)
+            first = ".".join(str(part) for part in err.errors()[0]["loc"] if not isinstance(part, int))
+            raise ConfigError(f"{self._key_where(first, method, loc)}: run ({label}): "
                               + str(_format_validation_error(err, "", {}, _FullRun)).lstrip(": ")) from None
         try:
             from solbench.method import validate_method_config
@@ -266,7 +274,7 @@ class _Resolver:
         reg = self.registries
 
         def fail(key: str, message: str) -> None:
-            raise ConfigError(f"{where}: {key}: {message}")
+            raise ConfigError(f"{self._key_where(key, cfg.method, loc)}: run ({label}): {key}: {message}")
 
         def check_name(key: str, value: str, known: list[str] | None, what: str) -> None:
             if known is not None and value not in known:
@@ -318,9 +326,12 @@ class _Resolver:
                                   "scripts/pretrain_tiny.py --out")
         for key in ("iterations", "prompts_per_iter", "world_size", "checkpoint_every", "eval.every",
                     "eval.seeds_per_prompt", "sampling.steps", "sampling.eval_steps", "finetune.grad_accum",
-                    "finetune.lora_rank"):
+                    "finetune.lora_rank", "numerics.threads"):
             if _get_path(cfg, key) < 1:
                 fail(key, f"must be >= 1, got {_get_path(cfg, key)}")
+        if cfg.eval.resolution is not None and (cfg.eval.resolution < 1 or cfg.model.name == "tiny"):
+            fail("eval.resolution", f"got {cfg.eval.resolution}: a positive number of pixels, or null (the training "
+                                    "resolution; the tiny model samples only at its own)")
         steps = cfg.finetune.optimizer_steps
         if steps is not None:
             if steps < 1:
@@ -357,6 +368,10 @@ class _Resolver:
         mc = cfg.method_config
         if "n" in mc and "k" in mc and not mc["k"] <= mc["n"]:
             fail("method_config.k", f"K={mc['k']} exceeds N={mc['n']} (K <= N)")
+        if mc.get("explore_steps") is not None and mc["explore_steps"] > cfg.sampling.steps:
+            fail("method_config.explore_steps", f"{mc['explore_steps']} explore steps exceed the full rollout budget "
+                                                f"sampling.steps={cfg.sampling.steps} (the explore stage is the short "
+                                                "one); lower explore_steps or raise sampling.steps")
         trained_per_prompt = mc.get("k", mc.get("group_size"))
         micro = mc.get("micro_batch_size")
         if trained_per_prompt is not None and micro:

@@ -1,6 +1,7 @@
 """Spec YAML loading with line numbers: ``load_yaml`` returns the data and the line of every key path.
 
-Floats like 3e-4 stay floats (YAML 1.1 would read a string) and duplicate keys are errors; ``_dotted``
+Floats like 3e-4 stay floats (YAML 1.1 would read a string), duplicate keys are errors and a syntax error
+is one line naming the file, line and column (``yaml_error``); ``_dotted``
 and ``_nearest_line`` turn a key path into the ``key.path`` and the file line that error messages name.
 """
 
@@ -62,13 +63,29 @@ def load_yaml(path: str | Path) -> tuple[dict, dict[tuple, int]]:
         node = yaml.compose(text, Loader=_SpecLoader)
         data = yaml.load(text, Loader=_SpecLoader)
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {err}") from None
+        raise ConfigError(yaml_error(path, err)) from None
     lines: dict[tuple, int] = {}
     if node is not None:
         _index_lines(node, (), lines, str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a spec is a YAML mapping (name, base, matrix, ...), got {type(data).__name__}")
     return data, lines
+
+
+def yaml_error(path: str | Path, err: yaml.YAMLError) -> str:
+    """One line for a YAML syntax error: ``file:line:column: invalid YAML: what`` and, where PyYAML says
+    it, what it was reading and where that began (PyYAML's own text spans lines and names
+    ``"<unicode string>"`` instead of the file)."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None)
+    if mark is None or not problem:
+        return f"{path}: invalid YAML: {' '.join(str(err).split())}"
+    text = f"{path}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {problem}"
+    context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context:
+        began = f" that began at line {start.line + 1}, column {start.column + 1}" if start is not None else ""
+        text += f" ({context}{began})"
+    return text
 
 
 def _dotted(path: Sequence) -> str:

@@ -77,6 +77,14 @@ class Objective:
             return [self.value(rows)]
         return reward_and_time(self, rows, timing_rows, config)
 
+    def metric_problem(self, config: RunConfig) -> str | None:
+        """Why a run of ``config`` has no rows of the objective's metric (an eval metric is an eval reward, or
+        ``<reward>/<skill>``), else None."""
+        if self.split == "eval" and self.metric.split("/")[0] not in config.eval.rewards:
+            return (f"{self.metric!r} is not an eval reward of the runs (eval.rewards: "
+                    f"{', '.join(config.eval.rewards)})")
+        return None
+
     def curve(self, rows: Iterable[Mapping[str, Any]]) -> list[CurvePoint]:
         return metric_curve(rows, self.metric, self.split)
 

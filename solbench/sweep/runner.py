@@ -83,6 +83,10 @@ class Sweep:
         self.space = search_space(spec)
         self.objective = Objective.from_model(spec.sweep.objective, f"{spec.path}: sweep.objective")
         self.profile_path, self.profile = load_profile(profile_name or spec.launch, spec.path)
+        # the objective against the runs before any study exists: a study keeps the objective it was created
+        # with, so an error found at the first trial would refuse the corrected spec as another objective
+        for config in self.space.resolved_corners(spec):
+            self._check_objective_metric(config)
         self.run_fn = run_fn_ref(run_fn)
         self.sys_path = list(sys_path)
         self.poll_s = poll_s
@@ -112,7 +116,8 @@ class Sweep:
                 holder = (self.dir / SESSION_DIR / LOCK_FILE).read_text().strip()
                 raise SolbenchError(f"another `solbench sweep` runs study {study_name(self.spec)!r} of "
                                     f"{self.spec.name} (host pid: {holder}); wait for it or stop it first")
-            self.study = open_study(self.spec, self.results_root, space=self.space, objective=self.objective)
+            self.study = open_study(self.spec, self.results_root, space=self.space, objective=self.objective,
+                                    notes=self.notes)
             self.study.sampler = make_sampler(self.spec.sweep.sampler, self.space,
                                               self.spec.sweep.sampler_seed + len(self.study.trials))
             try:
@@ -208,10 +213,11 @@ class Sweep:
         return self._place(flight, label), None
 
     def _check_objective_metric(self, config: RunConfig) -> None:
-        objective = self.objective
-        if objective.split == "eval" and objective.metric.split("/")[0] not in config.eval.rewards:
-            raise _MetricMismatch(f"{self.spec.path}: sweep.objective.metric {objective.metric!r} is not an eval "
-                                  f"reward of the runs (eval.rewards: {', '.join(config.eval.rewards)})")
+        problem = self.objective.metric_problem(config)
+        if problem:
+            where = self.space.where("sweep", "objective", "metric") if self.space.where else \
+                f"{self.spec.path}: sweep.objective.metric"
+            raise _MetricMismatch(f"{where}: {problem}")
 
     def _place(self, flight: _Flight, label: str) -> _Flight | None:
         """Decide what a new or adopted flight needs: reuse a done run, watch a live one, or launch."""

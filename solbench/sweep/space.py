@@ -2,12 +2,16 @@
 
 ``search_space`` checks the ``sweep:`` block against the spec's YAML (errors name the file and line) and
 returns a ``SearchSpace``: the distributions, the fixed matrix values and the spec's ``exclude`` entries.
+Everything it can check is checked there, before a study is created (a study keeps the definition it was
+created with): the ranges against the fields' bounds (solbench.spec.models.FIELD_BOUNDS), and that a grid
+sampler has a finite grid. ``SearchSpace.resolved_corners`` gives the runs a sweep checks up front.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +26,7 @@ class SearchSpace:
     fixed: dict[str, Any]  # matrix keys with one value
     exclude: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    where: Any = None  # where(*key path) -> "file:line: key.path", for messages about the spec's sweep block
 
     @property
     def names(self) -> list[str]:
@@ -38,6 +43,25 @@ class SearchSpace:
                 return entry
         return None
 
+    def corners(self, limit: int = 256) -> Iterator[dict[str, Any]]:
+        """Assignments (as ``assignment`` gives them) over every choice and both ends of every range, the
+        spec's exclude entries left out; at most ``limit``."""
+        from optuna.distributions import CategoricalDistribution
+
+        pools = [list(dist.choices) if isinstance(dist, CategoricalDistribution)
+                 else list(dict.fromkeys((dist.low, dist.high))) for dist in self.distributions.values()]
+        combos = (self.assignment(dict(zip(self.distributions, values))) for values in itertools.product(*pools))
+        yield from itertools.islice((a for a in combos if self.excluded_by(a) is None), limit)
+
+    def resolved_corners(self, spec) -> Iterator[Any]:
+        """The RunConfigs of ``corners`` as a trial resolves them (``spec.resolve``), so that a sweep can check
+        them before its study exists; a combination the spec rejects is left out (a trial asking it is skipped)."""
+        for assignment in self.corners():
+            try:
+                yield spec.resolve(assignment, ("sweep", "params")).config
+            except ConfigError:
+                continue
+
     def grid(self) -> dict[str, list[Any]]:
         """Every value of every axis (for the grid sampler); ConfigError for continuous ranges."""
         from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
@@ -52,7 +76,8 @@ class SearchSpace:
                 count = int(round((dist.high - dist.low) / dist.step)) + 1
                 grid[name] = [round(dist.low + i * dist.step, 12) for i in range(count)]
             else:
-                raise ConfigError(f"sweep.sampler grid: sweep.params.{name} is a continuous or log range; give "
+                at = self.where("sweep", "params", name) if self.where else f"sweep.params.{name}"
+                raise ConfigError(f"{at}: a continuous or log range, which sampler grid cannot enumerate; give "
                                   "choices, or low/high with a step and log: false")
         return grid
 
@@ -67,6 +92,7 @@ def search_space(spec) -> SearchSpace:
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     from solbench.spec import load_yaml
+    from solbench.spec.models import bound_problem
 
     if spec.sweep is None:
         raise ConfigError(f"{spec.path}: no sweep: block (see experiments/README.md, 'Sweeps')")
@@ -91,6 +117,9 @@ def search_space(spec) -> SearchSpace:
                 if value is not None and not isinstance(value, (bool, int, float, str)):
                     raise ConfigError(f"{where(*loc, 'choices')}: {value!r} is a {type(value).__name__}; sweep "
                                       "choices are numbers, strings, booleans or null")
+                problem = bound_problem(name, value)
+                if problem:
+                    raise ConfigError(f"{where(*loc, 'choices')}: {problem} ({name})")
             if len(set(map(json.dumps, param.choices))) != len(param.choices):
                 raise ConfigError(f"{where(*loc, 'choices')}: duplicate values in {param.choices}")
             distributions[name] = CategoricalDistribution(param.choices)
@@ -105,6 +134,10 @@ def search_space(spec) -> SearchSpace:
             raise ConfigError(f"{where(*loc)}: a log range needs low > 0, got {param.low:g}")
         if param.step is not None and param.step <= 0:
             raise ConfigError(f"{where(*loc, 'step')}: must be > 0, got {param.step:g}")
+        for end in ("low", "high"):
+            problem = bound_problem(name, getattr(param, end))
+            if problem:
+                raise ConfigError(f"{where(*loc, end)}: {problem} ({name}'s range)")
         if param.type == "int":
             bounds = [param.low, param.high] + ([param.step] if param.step is not None else [])
             if any(not float(b).is_integer() for b in bounds):
@@ -130,4 +163,7 @@ def search_space(spec) -> SearchSpace:
     if data.get("include"):
         notes.append("include entries are not part of the sweep (it samples sweep.params over the matrix)")
     exclude = [dict(entry) for entry in data.get("exclude") or []]
-    return SearchSpace(distributions, fixed, exclude, notes)
+    space = SearchSpace(distributions, fixed, exclude, notes, where)
+    if spec.sweep.sampler == "grid":
+        space.grid()  # a continuous range is an error now, not after the study exists
+    return space

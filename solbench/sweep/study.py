@@ -2,7 +2,9 @@
 
 The study lives in ``results/<experiment>/sweep/`` (SQLite ``optuna.db`` or an Optuna journal file
 ``optuna.journal``), named ``sweep.study`` (default: the spec name). ``open_study`` refuses a study
-created with another search space or objective (recorded in the study's ``solbench_sweep`` attribute).
+created with another search space or objective (recorded in the study's ``solbench_sweep`` attribute),
+unless every trial it holds was rejected by the spec before any run started: such a study (left by a spec
+that was then corrected) is started anew, since it holds no result.
 """
 
 from __future__ import annotations
@@ -74,11 +76,12 @@ def make_pruner(model: Any):
 
 
 def open_study(spec, results_root: str | Path, *, create: bool = True, space: SearchSpace | None = None,
-               objective: Objective | None = None):
+               objective: Objective | None = None, notes: list[str] | None = None):
     """The spec's Optuna study in results/<experiment>/sweep/ (created when missing and ``create``).
 
     A study created with another search space or objective is refused (Optuna cannot mix them):
-    name a new ``sweep.study`` instead.
+    name a new ``sweep.study`` instead. With ``create``, one whose every trial was rejected by the spec
+    (``invalid``: no run started) is deleted and created again with this definition, saying so in ``notes``.
     """
     import optuna
 
@@ -109,6 +112,13 @@ def open_study(spec, results_root: str | Path, *, create: bool = True, space: Se
             study.set_user_attr(STUDY_ATTR, wanted)
     else:
         changed = [part for part in ("objective", "params") if recorded.get(part) != wanted[part]]
+        trials = study.get_trials(deepcopy=False)
+        if changed and create and all(t.user_attrs.get("invalid") for t in trials):
+            optuna.delete_study(study_name=name, storage=_storage(path))
+            if notes is not None:
+                notes.append(f"study {name!r} in {path} held only {len(trials)} trial(s) the spec rejected, under "
+                             f"another sweep.{changed[0]}: started anew with this spec's")
+            return open_study(spec, results_root, space=space, objective=objective, notes=notes)
         if changed:
             raise ConfigError(
                 f"{spec.path}: sweep.{changed[0]} differs from the one study {name!r} in {path} was created with "

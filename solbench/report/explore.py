@@ -1,0 +1,96 @@
+"""What ran in low precision: the explore format, recipe and backend behind a fidelity or speed number.
+
+A number measured on an explore copy means little without the copy: NVFP4 at FLUX's coverage (every block
+Linear) and at SANA's (attention in full precision) rank seeds differently, FP8 is not FP4, and an emulated
+backend (fake quantization in full precision, what CPU runs use) says nothing about FP4 hardware. Every
+fidelity and speed number of a report names them (issue 41, item 5), from the runs' own settings
+(``p_quant.recipe``, ``p_quant.backend``) and, where a fidelity run measured it, the share of the linear
+multiply-accumulates its copy ran in low precision (``p_quant.mac_share``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+FORMAT_NAMES = {"none": "step budget only (full precision)", "nvfp4": "NVFP4", "mxfp4": "MXFP4", "fp8": "FP8",
+                "fp8_e5m2": "FP8 (E5M2, per tensor)"}
+BACKEND_NAMES = {"emulated": "emulated backend (fake-quantized in full precision)",
+                 "te": "TransformerEngine backend", "torch": "torch scaled-matmul backend",
+                 "auto": "backend auto (each run's choice in its explore.json)"}
+
+
+def recipe_format(recipe: str) -> str:
+    """'NVFP4', 'MXFP4', 'FP8', ... of a quantization recipe name (the recipe's own ``format``)."""
+    recipe = str(recipe)
+    if recipe == "none":
+        return FORMAT_NAMES["none"]
+    try:
+        from solbench.quant import get_recipe
+
+        fmt = get_recipe(recipe).format
+    except Exception:  # noqa: BLE001 - a recipe these results know and this code does not: read its name
+        fmt = next((prefix for prefix in ("nvfp4", "mxfp4", "fp8") if recipe.startswith(prefix)), recipe)
+    return FORMAT_NAMES.get(fmt, str(fmt))
+
+
+def recipe_label(recipe: str) -> str:
+    """'NVFP4 (nvfp4_tiny)', 'step budget only (full precision)', ... for a quantization recipe name."""
+    recipe = str(recipe)
+    if recipe == "none":
+        return FORMAT_NAMES["none"]
+    fmt = recipe_format(recipe)
+    return f"{fmt} ({recipe})" if fmt != recipe else recipe
+
+
+def backend_label(backend) -> str:
+    if backend is None or (isinstance(backend, float) and math.isnan(backend)):
+        return "backend not recorded"
+    return BACKEND_NAMES.get(str(backend), f"{backend} backend")
+
+
+def _values(runs: pd.DataFrame, column: str) -> list[str]:
+    if column not in runs:
+        return []
+    return sorted({str(v) for v in runs[column].dropna()})
+
+
+def explore_text(runs: pd.DataFrame, *, with_share: pd.DataFrame | None = None) -> str:
+    """The explore copies of ``runs`` in words: "NVFP4 (nvfp4_tiny_flux), emulated backend (fake-quantized in
+    full precision)"; several recipes or backends are each named. ``with_share``: fidelity runs whose measured
+    low-precision share of the linear MACs is added per recipe."""
+    recipes, backends = _values(runs, "p_quant.recipe"), _values(runs, "p_quant.backend")
+    if not recipes:
+        return "explore recipe not recorded"
+    parts = []
+    for recipe in recipes:
+        text = recipe_label(recipe)
+        share = mac_share_text(with_share, recipe) if with_share is not None else ""
+        parts.append(text + (f", {share}" if share else ""))
+    return "; ".join(parts) + ", " + (" / ".join(backend_label(b) for b in backends) or backend_label(None))
+
+
+def mac_share_text(fidelity_runs: pd.DataFrame, recipe: str) -> str:
+    """'99.5 % of the linear MACs in low precision (41 of 48 Linears)', as the fidelity runs of ``recipe``
+    measured it when they built the copy; '' when none did (or they disagree)."""
+    if fidelity_runs is None or fidelity_runs.empty or "p_quant.mac_share" not in fidelity_runs:
+        return ""
+    mine = fidelity_runs[fidelity_runs.get("p_quant.recipe", pd.Series(dtype=object)).astype(str) == str(recipe)]
+    shares = pd.to_numeric(mine["p_quant.mac_share"], errors="coerce").dropna().unique()
+    if len(shares) != 1:
+        return ""
+    layers = ""
+    if {"p_quant.quantized_linears", "p_quant.linears"} <= set(mine.columns):
+        q = pd.to_numeric(mine["p_quant.quantized_linears"], errors="coerce").dropna().unique()
+        n = pd.to_numeric(mine["p_quant.linears"], errors="coerce").dropna().unique()
+        if len(q) == 1 and len(n) == 1:
+            layers = f" ({int(q[0])} of {int(n[0])} Linears)"
+    return f"{100 * shares[0]:.1f} % of the linear MACs in low precision{layers}"
+
+
+def explore_runs(tables) -> pd.DataFrame:
+    """The done training runs that ran an explore stage (timing rows at precision 'explore')."""
+    t = tables.timings
+    ids = set(t.loc[t["precision"] == "explore", "run_id"]) if "precision" in t else set()
+    return tables.done_runs[tables.done_runs["run_id"].isin(ids)]

@@ -1,0 +1,216 @@
+"""Ranking fidelity against training iteration: does the explore copy rank seeds as well as the policy trains?
+
+The all-seeds fidelity runs of one experiment (`solbench fidelity`, a spec's ``fidelity:`` block) measure
+fixed checkpoints: the base model (iteration 0) and checkpoints of training runs (a run's final one, or one
+kept at an earlier step). This module says which is which (``checkpoint_info``: the training run a checkpoint
+came from, its seed, its step, and whether it is that run's final one), and builds from the per-prompt rank
+correlations (solbench/report/fidelity.py ``group_fidelity``):
+
+- ``rho_matrix``: one recipe's and reward's Spearman rho at one training step, [checkpoint run seeds, prompts];
+- ``fidelity_levels``: its mean with the crossed interval over the checkpoints' run seeds and the prompts
+  (``stats.crossed_interval``; one seed: a t interval over the prompts), the Table 8 number;
+- ``fidelity_change``: rho at a step minus rho of the base model, paired per prompt (the same prompts and
+  candidate noise: the noise is a function of the fidelity run's seed and the prompt, not of the checkpoint),
+  with the same interval: does fidelity change as the policy trains?
+
+The report kind ``fidelity_by_iteration`` tabulates and plots both per recipe and reward; the Findings judge the
+change at the final step for non-inferiority (solbench/report/findings_speed.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from solbench.report.plotting import new_figure
+from solbench.report.registry import Figure, Note, Table, report_kind
+from solbench.report.stats import paired_ci
+from solbench.report.tables import Tables, _fmt_setting, _hashable
+
+BASE = "base"
+
+
+def checkpoint_info(tables: Tables, fidelity_runs: pd.DataFrame) -> pd.DataFrame:
+    """Per fidelity run: run_id, model, recipe, backend, checkpoint ('base' or the method it came from), step
+    (0 for the base model), source (the training run id), seed (the training run's seed), final (the step is
+    the training run's last; a checkpoint whose run is not in these results counts as final when its step is
+    unknown or matches none)."""
+    by_id = tables.runs.set_index(tables.runs["run_id"].astype(str))
+    rows = []
+    for _, run in fidelity_runs.iterrows():
+        path = _hashable(run.get("p_checkpoint.path"))
+        method = _hashable(run.get("p_checkpoint.method"))
+        source = _hashable(run.get("p_checkpoint.run_id"))
+        step = _hashable(run.get("p_checkpoint.step"))
+        if path is None and method is None:
+            info = dict(checkpoint=BASE, step=0, source=None, seed=None, final=False)
+        else:
+            trained = by_id.loc[str(source)] if source is not None and str(source) in by_id.index else None
+            iterations = _hashable(trained.get("p_iterations")) if trained is not None else None
+            final = step is None or iterations is None or int(step) == int(iterations)
+            info = dict(checkpoint=str(method or "run"), step=int(step) if step is not None else None,
+                        source=source, seed=_hashable(trained["seed"]) if trained is not None else None, final=final)
+        rows.append(dict(run_id=str(run["run_id"]), model=str(run["model"]),
+                         recipe=str(_hashable(run.get("p_quant.recipe"))),
+                         backend=_hashable(run.get("p_quant.backend")),
+                         **info))
+    return pd.DataFrame(rows, columns=["run_id", "model", "recipe", "backend", "checkpoint", "step", "source", "seed",
+                                       "final"])
+
+
+def rho_matrix(groups: pd.DataFrame, info: pd.DataFrame, run_ids) -> pd.DataFrame:
+    """Spearman rho [checkpoint seed, prompt] of the given fidelity runs (one reward's groups): rows in seed
+    order, the prompts every run measured; constant groups (no correlation) dropped."""
+    seed_of = info.set_index("run_id")["seed"]
+    sub = groups[groups["run_id"].isin(list(run_ids))].dropna(subset=["spearman_rho"])
+    if sub.empty:
+        return pd.DataFrame()
+    wide = sub.pivot_table(index="run_id", columns="prompt_id", values="spearman_rho", aggfunc="mean")
+    wide.index = [seed_of.get(r) if seed_of.get(r) is not None else r for r in wide.index]
+    return wide.dropna(axis=1).sort_index(key=lambda idx: idx.map(str))
+
+
+def _interval(matrix: np.ndarray, level: float) -> tuple[float, float, float, str]:
+    ci = paired_ci(matrix, level=level)
+    seeds, prompts = matrix.shape
+    if seeds >= 3:
+        covers = f"checkpoints of {seeds} run seeds crossed with {prompts} prompts, both random"
+    elif seeds == 1:
+        covers = f"prompts ({prompts}), t interval over prompts; one checkpoint"
+    else:
+        covers = (f"prompts only ({prompts} prompts x {seeds} checkpoint seeds): the seed-to-seed variance is not "
+                  "estimated")
+    return ci.mean, max(ci.lo, -1.0) if math.isfinite(ci.lo) else ci.lo, min(ci.hi, 1.0) if math.isfinite(ci.hi) \
+        else ci.hi, covers
+
+
+def fidelity_levels(groups: pd.DataFrame, info: pd.DataFrame, run_ids, level: float) -> dict | None:
+    """Mean rho of the runs ``run_ids`` (checkpoints of one step) with its interval and what it covers."""
+    m = rho_matrix(groups, info, run_ids)
+    if m.empty:
+        return None
+    mean, lo, hi, covers = _interval(m.to_numpy(float), level)
+    return dict(mean=mean, lo=lo, hi=hi, covers=covers, n_seeds=m.shape[0], n_prompts=m.shape[1],
+                constant=int(groups[groups["run_id"].isin(list(run_ids))]["spearman_rho"].isna().sum()))
+
+
+def fidelity_change(groups: pd.DataFrame, info: pd.DataFrame, run_ids, base_ids, level: float) -> dict | None:
+    """rho of the checkpoints ``run_ids`` minus the base model's (``base_ids``: one run), per prompt: the paired
+    change over training, with the interval over checkpoint seeds and prompts."""
+    m, b = rho_matrix(groups, info, run_ids), rho_matrix(groups, info, base_ids)
+    if m.empty or b.empty:
+        return None
+    common = [p for p in m.columns if p in b.columns]
+    if not common:
+        return None
+    d = m[common].to_numpy(float) - b[common].to_numpy(float).mean(axis=0)[None, :]
+    mean, lo, hi, covers = _interval(d, level)
+    return dict(mean=mean, lo=lo, hi=hi, covers=covers, n_seeds=d.shape[0], n_prompts=d.shape[1])
+
+
+def trajectory(tables: Tables, groups: pd.DataFrame, info: pd.DataFrame) -> pd.DataFrame:
+    """Per model, recipe, reward and step (0 = the base model): mean rho and the change from the base model."""
+    level = tables.options.ci_level
+    rows = []
+    reward_col = "reward_name" if "reward_name" in groups else None
+    rewards = list(dict.fromkeys(groups[reward_col].dropna())) if reward_col else [None]
+    for (model, recipe), runs in info.groupby(["model", "recipe"], sort=False):
+        base = runs.loc[runs["checkpoint"] == BASE, "run_id"]
+        for reward in rewards:
+            g = groups if reward is None else groups[groups[reward_col] == reward]
+            if reward == "total" and len(rewards) > 1:
+                continue
+            for step, at in runs.dropna(subset=["step"]).groupby("step", sort=True):
+                ids = at["run_id"]
+                lv = fidelity_levels(g, info, ids, level)
+                if lv is None:
+                    continue
+                ch = fidelity_change(g, info, ids, base, level) if step != 0 and len(base) else None
+                rows.append(dict(model=model, recipe=recipe, reward=reward or "", step=int(step),
+                                 final=bool(at["final"].all()) and step != 0,
+                                 seeds=", ".join(_fmt_setting(s) for s in sorted(at["seed"].dropna().unique())) or "-",
+                                 rho_mean=lv["mean"], rho_lo=lv["lo"], rho_hi=lv["hi"], covers=lv["covers"],
+                                 n_seeds=lv["n_seeds"], n_prompts=lv["n_prompts"],
+                                 change_mean=ch["mean"] if ch else np.nan, change_lo=ch["lo"] if ch else np.nan,
+                                 change_hi=ch["hi"] if ch else np.nan, change_covers=ch["covers"] if ch else ""))
+    return pd.DataFrame(rows)
+
+
+def _cell(mean: float, lo: float, hi: float, signed: bool = False) -> str:
+    if not math.isfinite(mean):
+        return "-"
+    fmt = "{:+.3f}" if signed else "{:.3f}"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return fmt.format(mean) + " (no interval: one prompt)"
+    return f"{fmt.format(mean)} [{fmt.format(lo)}, {fmt.format(hi)}]"
+
+
+@report_kind("fidelity_by_iteration", title="Ranking fidelity against training iteration", order=52)
+def fidelity_by_iteration(tables: Tables):
+    """Spearman ρ of the explore copy at the base model and at checkpoints kept during training, per recipe."""
+    from solbench.report.explore import backend_label, recipe_label
+    from solbench.report.fidelity import group_fidelity, pair_candidates
+
+    fid = tables.fidelity_runs
+    if fid.empty:
+        return Note("Fidelity against iteration", "No all-seeds fidelity runs in these results.")
+    info = checkpoint_info(tables, fid)
+    if info["step"].nunique() < 2:
+        return Note("Fidelity against iteration", "The fidelity runs measured one training step only (e.g. only the "
+                    "final policy): nothing to put against iteration. A spec's fidelity block measures more with "
+                    "checkpoint entries that name `steps` (docs/reports.md, Ranking fidelity).")
+    cand = tables.candidates[tables.candidates["run_id"].isin(fid["run_id"])]
+    groups = group_fidelity(pair_candidates(cand), tuple(tables.options.top_k)) if not cand.empty else pd.DataFrame()
+    if groups.empty:
+        return Note("Fidelity against iteration", "The fidelity runs have no prompt group with 3+ candidates.")
+    data = trajectory(tables, groups[groups["kind"] == "all seeds"], info)
+    data = data[data.groupby(["model", "recipe", "reward"])["step"].transform("nunique") > 1]
+    if data.empty:
+        return Note("Fidelity against iteration", "No recipe was measured at two or more training steps.")
+    backends = info.groupby("recipe")["backend"].agg(lambda b: " / ".join(sorted({backend_label(v) for v in b})))
+    display = pd.DataFrame([{
+        "model": r.model, "explore": recipe_label(r.recipe), "backend": backends.get(r.recipe, "-"), "reward": r.reward,
+        "iteration": str(r.step) + (" (final)" if r.final else " (base model)" if r.step == 0 else ""),
+        "checkpoint seeds": r.seeds, "Spearman ρ": _cell(r.rho_mean, r.rho_lo, r.rho_hi),
+        "Δρ vs base model": "-" if r.step == 0 else _cell(r.change_mean, r.change_lo, r.change_hi, signed=True),
+        "interval covers": r.covers} for r in data.itertuples()])
+    level = tables.options.ci_level
+    return [Table("fidelity_by_iteration", "Ranking fidelity against training iteration", data, (
+        "All-seeds fidelity of the explore copy of the base model (iteration 0) and of checkpoints of training runs "
+        "(their final one, and those kept at earlier steps), the same prompts and candidate noise at every step. "
+        f"Spearman ρ: mean over prompts (and over the checkpoints of several run seeds) with its {level:.0%} interval "
+        "(crossed design: checkpoint run seeds and prompts, both random; one seed: a t interval over prompts). Δρ vs "
+        "base model: paired per prompt, the same interval: what training did to the copy's ranking. The explore "
+        "column names the format and recipe, the backend column how the low precision ran."), display=display),
+        _trajectory_figure(data)]
+
+
+def _trajectory_figure(data: pd.DataFrame) -> Figure:
+    from solbench.report.explore import recipe_label
+
+    rewards = list(dict.fromkeys(data["reward"]))
+    fig = new_figure(4.2 * len(rewards) + 1.5, 3.3)
+    axes = fig.subplots(1, len(rewards), squeeze=False)[0]
+    markers = ["o", "s", "^", "D", "v"]
+    for ax, reward in zip(axes, rewards):
+        d = data[data["reward"] == reward]
+        for i, (recipe, r) in enumerate(d.groupby("recipe", sort=False)):
+            r = r.sort_values("step")
+            err = np.vstack([(r["rho_mean"] - r["rho_lo"]).fillna(0).clip(lower=0),
+                             (r["rho_hi"] - r["rho_mean"]).fillna(0).clip(lower=0)])
+            ax.errorbar(r["step"], r["rho_mean"], yerr=err, marker=markers[i % len(markers)], capsize=3,
+                        label=recipe_label(recipe))
+        ax.axhline(0.927, color="black", linestyle=":", linewidth=0.8, label="paper Table 8 (0.927)")
+        ax.set_xlabel("training iteration of the checkpoint (0: base model)", fontsize=8)
+        ax.set_ylabel(f"Spearman ρ, reward `{reward}`", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=7)
+    fig.suptitle("Ranking fidelity of the explore copy against training iteration", fontsize=10)
+    return Figure("fidelity_by_iteration_chart", "Ranking fidelity against training iteration", fig, (
+        "Mean per-prompt Spearman ρ (explore copy vs full precision, same seeds) of each checkpoint, one line per "
+        "explore recipe (legend: format and recipe), one panel per reward; bars: the intervals of the table above."),
+        data=data)
