@@ -238,13 +238,21 @@ def _count(transformer: nn.Module, kwargs: dict) -> dict[str, dict[str, int]]:
     params = {p.untyped_storage()._cdata for p in transformer.parameters()}
     out = {name: {"saved": 0, "inputs": 0, "peak": 0} for name, _ in blocks}
     seen_saved, seen_inputs = set(), set(params)
+    # Storages are told apart by their StorageImpl's address, which the allocator hands to a new storage
+    # once the old one is freed: a block's input freed before a later block's new input was allocated made
+    # that input look "seen" and went uncounted, depending on the machine's allocator (a FLUX profile of
+    # inputs [1.5, 2.5, -44.0] instead of [1.0, 1.0, 0.0] on CI). Every storage counted is kept alive here
+    # until the count is done, so no address is reused.
+    alive: list = []
     current: list[str] = []
 
     def pack(t):
-        key = t.untyped_storage()._cdata
+        storage = t.untyped_storage()
+        key = storage._cdata
         if current and key not in params and key not in seen_saved:
             seen_saved.add(key)
-            out[current[-1]]["saved"] += t.untyped_storage().nbytes()
+            alive.append(storage)
+            out[current[-1]]["saved"] += storage.nbytes()
         return t
 
     handles = []
@@ -254,6 +262,7 @@ def _count(transformer: nn.Module, kwargs: dict) -> dict[str, dict[str, int]]:
             for t in list(args) + list(kw.values()):
                 if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in seen_inputs:
                     seen_inputs.add(t.untyped_storage()._cdata)
+                    alive.append(t.untyped_storage())
                     out[name]["inputs"] += t.untyped_storage().nbytes()
 
         def post(module, args, kw, result):
@@ -265,6 +274,7 @@ def _count(transformer: nn.Module, kwargs: dict) -> dict[str, dict[str, int]]:
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 transformer(**kwargs)
+            alive.clear()
             for h in handles:
                 h.remove()
             for name, block in blocks:  # the no-grad peak, one block at a time

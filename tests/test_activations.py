@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from solbench import activations, doctor
 
@@ -18,6 +19,35 @@ from solbench import activations, doctor
 def test_shipped_profiles_are_what_the_modules_save(model):
     shipped = json.loads(activations.PROFILE_FILE.read_text())["models"][model]
     assert activations.measure(model) == shipped
+
+
+class _AddOne(torch.nn.Module):
+    def forward(self, x):
+        return x + 1  # saves nothing for the backward
+
+
+class _Chain(torch.nn.Module):
+    """Each block gets a fresh copy of the running tensor, freed as soon as the block returns: the
+    allocator hands its storage's address to the next block's copy."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_AddOne() for _ in range(n))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x * 1.0)
+        return x
+
+
+def test_every_block_input_is_counted_even_when_a_freed_one_shared_its_address():
+    """Bug: storages were told apart by address alone, so a block input allocated where a freed one had
+    been counted as already seen: the FLUX single block's inputs measured [1.5, 2.5, -44.0] widths on CI
+    instead of [1.0, 1.0, 0.0], and test_shipped_profiles_are_what_the_modules_save failed on one machine
+    and passed on another."""
+    x = torch.randn(1, 64, 32)
+    counts = activations._count(_Chain(6), {"x": x})
+    assert [c["inputs"] for c in counts.values()] == [x.untyped_storage().nbytes()] * 6
 
 
 def test_sana_training_activations_follow_its_blocks_saved_tensors():

@@ -390,3 +390,66 @@ def test_tiny_paper_keeps_three_seeds_per_primary_claim_and_final_numbers_held_o
     for primary in ({"explore_steps": 2}, {"n": 4}, {"selection": "random"}):
         assert len(seeds("sol_rl", 16, **primary)) == 3, primary
     assert spec.fidelity.prompts == "shapes/heldout" and spec.fidelity.n_prompts == 33 and spec.fidelity.seeds == 16
+
+
+def test_a_step_budget_only_arm_names_no_low_precision_backend():
+    # Bug caught (tiny_paper's rerun): the recipe-none control read "step budget only (full precision), emulated
+    # backend (fake-quantized in full precision)", which says both that nothing and that everything was quantized.
+    from solbench.report.explore import explore_text
+
+    none = pd.DataFrame({"p_quant.recipe": ["none"], "p_quant.backend": ["emulated"]})
+    assert explore_text(none) == "step budget only (full precision)"
+    fp4 = pd.DataFrame({"p_quant.recipe": ["nvfp4_tiny_flux"], "p_quant.backend": ["emulated"]})
+    assert explore_text(fp4).endswith("emulated backend (fake-quantized in full precision)")
+
+
+def test_eleven_fidelity_arms_get_eleven_colours_and_an_exact_zero_prints_as_zero():
+    # Bugs caught (tiny_paper's rerun): the fidelity chart cycled seven colours over its eleven arms, so two arms
+    # shared a colour; and a paired delta of exactly zero printed as its float residue 9.252e-18.
+    from solbench.report.fidelity import _series_colours
+    from solbench.report.plotting import _FALLBACK
+    from solbench.report.stats import fmt_num
+
+    series = [("all seeds", f"arm {i}") for i in range(11)]
+    assert len(set(_series_colours(series, _FALLBACK).values())) == 11
+    assert len(set(_series_colours(series[:3], _FALLBACK).values())) == 3
+    assert fmt_num(9.252e-18) == "0.0000" and fmt_num(2.46e-05) == "2.460e-05" and fmt_num(-0.0303) == "-0.0303"
+
+
+def test_a_target_the_curve_meets_at_its_first_evaluation_is_no_speedup():
+    # Bug caught (tiny_paper's rerun): where DiffusionNFT ended at its base score (shapes_geneval_strict 0.2273), the
+    # other arms' step-0 mean equalled the target up to float rounding, the strict comparison missed it, and the
+    # interpolation "reached" it 4.4e-14 s in: "1733464125039459.50x [0.00, >100] (4.408e-14 s)"; an exact tie
+    # printed "infx [0.00, >100] (0 s)".
+    from solbench.report.curves import fmt_speedup_cell, time_to_reach
+
+    wall = np.array([0.0, 10.0, 20.0])
+    assert time_to_reach(wall, np.array([0.3, 0.5, 0.6]), 0.1 + 0.2) == 0.0  # 0.3 < 0.30000000000000004
+    assert time_to_reach(wall, np.array([0.3, 0.5, 0.6]), 0.4) == pytest.approx(5.0)  # a real crossing stays
+    cell = fmt_speedup_cell({"time_to_target_s": 0.0, "reached_at_start": True, "start": 0.2273, "final": 0.3,
+                             "speedup": math.inf, "speedup_lo": 0.0, "speedup_hi": math.inf})
+    assert cell == "met at its first evaluation (its score there 0.2273): no speedup to measure"
+    crossing = fmt_speedup_cell({"time_to_target_s": 12.3, "reached_at_start": False, "start": 0.2, "final": 0.3,
+                                 "speedup": 2.1, "speedup_lo": 1.3, "speedup_hi": 3.05})
+    assert crossing == "2.10x [1.30, 3.05] (12.3 s)"
+    # and where the reference itself met its final score at its first evaluation, every other arm's "0.00x" was 0 / t
+    no_target = fmt_speedup_cell({"reference_time_s": 0.0, "time_to_target_s": 35.1, "reached_at_start": False,
+                                  "start": 0.2197, "final": 0.3, "speedup": 0.0, "speedup_lo": 0.0, "speedup_hi": 9.0})
+    assert no_target == "no target: the reference's final score is met at its own first evaluation"
+
+
+def test_the_convergence_chart_draws_no_band_for_an_arm_of_fewer_than_three_seeds(tmp_path):
+    # Bug caught (tiny_paper's rerun): the learning curves left out 1-dof t bands for 2-seed arms, the convergence
+    # chart still drew them, covering its panels from -0.4 to 1.0.
+    from solbench.report.curves import MIN_SEEDS_FOR_BAND, convergence_speedup
+
+    tables = build_arms(tmp_path, "band", [Arm("sol_rl", gain=_linear(0.02), seeds=(0, 1)),
+                                           Arm("diffusion_nft", gain=_linear(0.01), seeds=(0, 1, 2))],
+                        noise=0.01, options=OPTS)
+    m = tables.run_metrics("eval", METRIC)
+    runs = tables.done_runs
+    arm_of = dict(zip(runs["method"], runs["arm"]))
+    few = convergence_speedup(tables, m, runs, arm_of["sol_rl"], arm_of["diffusion_nft"], "wall_s")
+    three = convergence_speedup(tables, m, runs, arm_of["diffusion_nft"], arm_of["diffusion_nft"], "wall_s")
+    assert MIN_SEEDS_FOR_BAND == 3 and few["n_seeds"] == 2 and three["n_seeds"] == 3
+    assert np.isnan(few["curve"][2]).all() and np.isfinite(three["curve"][2]).all()

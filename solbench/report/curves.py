@@ -142,7 +142,8 @@ def learning_curves(tables: Tables):
                 if r == 0:
                     ax.set_title(f"against {xlabel.split(' (')[0]}", fontsize=9)
         handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+        # below the panels: a tall legend on the right ran into the title once arms were many (tiny_paper: 15)
+        fig.legend(handles, labels, loc="outside lower center", fontsize=8, ncols=2 if len(labels) > 6 else 1)
         fig.suptitle(f"{model}: learning curves (mean over seeds; {level:.0%} t band from {MIN_SEEDS_FOR_BAND} seeds, "
                      "each seed's own thin line below that)", fontsize=10)
         data = pd.concat([c.assign(split=s, metric=m) for (s, m), c in per.items()], ignore_index=True)
@@ -174,10 +175,17 @@ def _seed_lines(ax, raw: pd.DataFrame, model: str, arm: str, xcol: str, xscale: 
                 linewidth=0.7, alpha=0.55, marker=style.get("marker"), markersize=1.8, zorder=1)
 
 
+def _reaches(value: float, target: float) -> bool:
+    """``value`` >= ``target`` up to float rounding: a mean of the same scores summed in another order (the
+    base model's step-0 score, the target when the reference did not improve on it) differs from it in the last
+    bits, and a strict comparison then "reached" it 1e-14 s after the start, a speedup of 1e15x (issue 42)."""
+    return value >= target - 1e-9 * max(1.0, abs(target))
+
+
 def time_to_reach(wall: np.ndarray, value: np.ndarray, target: float) -> float:
     """Wall-clock at which the curve first reaches ``target`` (linear between points); inf if never."""
     for i in range(len(value)):
-        if value[i] >= target:
+        if _reaches(value[i], target):
             if i == 0:
                 return float(wall[0])
             v0, v1, w0, w1 = value[i - 1], value[i], wall[i - 1], wall[i]
@@ -230,9 +238,12 @@ def convergence_speedup(tables: Tables, m: pd.DataFrame, runs: pd.DataFrame, arm
                               n_boot=opts.n_boot, level=opts.ci_level, seed=opts.boot_seed)
     level = tables.options.ci_level
     band = np.array([[mean_ci(row, level).lo, mean_ci(row, level).hi] for row in arm_v])
+    if arm_v.shape[1] < MIN_SEEDS_FOR_BAND:  # a t band over 1 degree of freedom covers the chart (as in the curves)
+        band = np.full_like(band, np.nan)
     return dict(target=target, reference_time_s=time_to_reach(rx, rv, target),
-                time_to_target_s=time_to_reach(ax, av, target),
-                final=float(av[-1]), speedup=point, speedup_lo=lo, speedup_hi=hi, n_seeds=arm_v.shape[1],
+                time_to_target_s=time_to_reach(ax, av, target), start=float(av[0]),
+                reached_at_start=bool(_reaches(av[0], target)), final=float(av[-1]), speedup=point, speedup_lo=lo,
+                speedup_hi=hi, n_seeds=arm_v.shape[1],
                 n_seeds_reference=ref_v.shape[1], curve=(ax, av, band))
 
 
@@ -248,8 +259,12 @@ def fmt_ratio_bound(x: float) -> str:
 def fmt_speedup_cell(r: dict | pd.Series, unit: str = "s", scale: float = 1.0) -> str:
     """'2.10x [1.30, 3.05] (12.3 s)'; a crossing without an interval is printed as inconclusive. The time is
     divided by ``scale`` (1e-3 with unit "ms ...")."""
+    if r.get("reference_time_s", math.nan) == 0:  # every arm's ratio would be 0 / t: nothing to converge to
+        return "no target: the reference's final score is met at its own first evaluation"
     if not math.isfinite(r["time_to_target_s"]):
         return f"not reached (final {fmt_num(r['final'])})"
+    if r.get("reached_at_start", False):  # no training time was needed: a ratio to 0 s is no speedup
+        return f"met at its first evaluation (its score there {fmt_num(r['start'])}): no speedup to measure"
     time = f"{r['time_to_target_s'] / scale:.4g} {unit}"
     if not (math.isnan(r["speedup_lo"]) or math.isnan(r["speedup_hi"])):
         return f"{r['speedup']:.2f}x [{fmt_ratio_bound(r['speedup_lo'])}, {fmt_ratio_bound(r['speedup_hi'])}] ({time})"
@@ -354,6 +369,7 @@ def _convergence_figure(tables: Tables, model: str, runs: pd.DataFrame, plot_dat
     return Figure(f"convergence_{model}" + ("_projected" if projected else "") + "_chart",
                   f"Time to target, {model}" + (" (PROJECTED clock)" if projected else ""), fig, (
         f"Mean eval curves over seeds against {xlabel}, bands: {tables.options.ci_level:.0%} t interval over seeds at "
-        f"each evaluation; dotted line: {ref_arm}'s final score; "
+        f"each evaluation (arms with {MIN_SEEDS_FOR_BAND} seeds or more; fewer get no band); "
+        f"dotted line: {ref_arm}'s final score; "
         "x: where each method first reaches it (the times in the table above)."
         + (f" {describe(tables)}" if projected else "")))

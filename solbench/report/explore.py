@@ -68,6 +68,8 @@ def explore_text(runs: pd.DataFrame, *, with_share: pd.DataFrame | None = None) 
         text = recipe_label(recipe)
         share = mac_share_text(with_share, recipe) if with_share is not None else ""
         parts.append(text + (f", {share}" if share else ""))
+    if all(recipe == "none" for recipe in recipes):  # nothing ran in low precision: no backend to name
+        return "; ".join(parts)
     return "; ".join(parts) + ", " + (" / ".join(backend_label(b) for b in backends) or backend_label(None))
 
 

@@ -263,9 +263,10 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...], recipes: dict[st
     reward_text = f"reward `{reward}`" if reward is not None else "the training reward"
     if reward is not None and groups["reward_name"].isna().any():
         reward_text += " (training candidates: their training reward)"
-    series = [(kind, arm) for kind in sorted(groups["kind"].unique()) for arm in dict.fromkeys(groups["arm"])
+    series = [(kind, arm) for kind in sorted(groups["kind"].unique()) for arm in sorted(set(groups["arm"]))
               if ((groups["kind"] == kind) & (groups["arm"] == arm)).any()]
-    colours = {key: _FALLBACK[i % len(_FALLBACK)] if i else "#1f77b4" for i, key in enumerate(series)}
+    colours = _series_colours(series, _FALLBACK)
+    dashes = {key: ("-", "--", ":", "-.")[i % 4] for i, key in enumerate(series)}  # a second cue beside colour
     hit_cols = [f"hit@{k}" for k in ks if f"hit@{k}" in groups and groups[f"hit@{k}"].notna().any()]
     fig = new_figure(12.0 if hit_cols else 8.0, 3.6 + 0.32 * len(series))
     axes = fig.subplots(1, 3 if hit_cols else 2)
@@ -275,7 +276,7 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...], recipes: dict[st
         for key in series:
             v = groups.loc[(groups["kind"] == key[0]) & (groups["arm"] == key[1]), col].dropna()
             if len(v):
-                ax.hist(v, bins=bins, histtype="step", linewidth=1.4, color=colours[key],
+                ax.hist(v, bins=bins, histtype="step", linewidth=1.4, color=colours[key], linestyle=dashes[key],
                         label=_legend(key, recipes, v) if col == "spearman_rho" else None)
         ax.set_xlabel(f"{label} ({reward_text.split(' (')[0]})", fontsize=8)
         ax.set_ylabel("prompt groups", fontsize=8)
@@ -305,6 +306,16 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...], recipes: dict[st
         "(a random ranking's). Every reward: the tables above and the CSV. 'selected only' groups (training data) "
         "are within the K selected seeds and biased upward; 'all seeds' groups are the unbiased measurement."),
         data=groups)
+
+
+def _series_colours(series: list, fallback: list[str]) -> dict:
+    """One colour per series, none repeated: the report's own palette where it is long enough, else tab20's
+    twenty (issue 42: eleven fidelity arms drew in seven colours, so pairs of arms looked alike)."""
+    import matplotlib
+
+    palette = ["#1f77b4", *fallback] if len(series) <= len(fallback) + 1 else [
+        matplotlib.colors.to_hex(c) for c in matplotlib.colormaps["tab20"].colors]
+    return {key: palette[i % len(palette)] for i, key in enumerate(series)}
 
 
 def _legend(key: tuple[str, str], recipes: dict[str, str], values: pd.Series) -> str:

@@ -80,6 +80,8 @@ def fmt_num(value: float, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-" if value is None or math.isnan(value) else ("inf" if value > 0 else "-inf")
     value = float(value)
+    if abs(value) < 1e-12:  # float rounding's residue of an exact zero (a mean of +x and -x), not a number to print
+        value = 0.0
     if value != 0 and (abs(value) >= 1e6 or abs(value) < 10 ** (-digits)):
         return f"{value:.{max(digits - 1, 1)}e}"
     return f"{value:.{digits}f}"
