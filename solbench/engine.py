@@ -108,7 +108,7 @@ class Engine:
         batch_multiple: every network call is padded (with copies of its last row, dropped after)
             to a multiple of this many rows; default 4 on CPU, 1 elsewhere.
         pad_rows: compute every linear layer on a row count CPU GEMMs are row-invariant for
-            (solbench.batch_invariance); default on CPU. With the batch padding it makes a
+            (solbench.batch_invariance); default on CPU unless ``nets`` runs compiled blocks. With the batch padding it makes a
             candidate's result on CPU bit-identical whatever batch, micro-batch or rank computes it.
         dist: this process's place among the run's ranks (solbench.distributed); default one process.
     """
@@ -136,7 +136,10 @@ class Engine:
         if batch_multiple < 1:
             raise ConfigError(f"Engine batch_multiple must be >= 1, got {batch_multiple}")
         self.batch_multiple = batch_multiple
-        self.pad_rows = self.device.type == "cpu" if pad_rows is None else bool(pad_rows)
+        # compiled blocks on CPU (model.compile on; a test mode) run unpadded: the row-padding hooks, new each call,
+        # would recompile every call, and compiled kernels void the bit-identity the padding exists for
+        self.pad_rows = (self.device.type == "cpu" and not getattr(nets, "compiled_blocks", 0)) \
+            if pad_rows is None else bool(pad_rows)
         self.dist = dist
 
     # -- networks and precision ----------------------------------------------------------------

@@ -207,7 +207,10 @@ def build_engine(spec: dict, checkpoint: Checkpoint | None = None):
 
             explore_fns = (lambda module: copy.deepcopy(module),
                            lambda explore, source: explore.load_state_dict(source.state_dict()))
-        nets = build_policy_nets(checkpoint.config, adapter, roles, explore_source=role, explore=explore_fns)
+        # the Engine below samples through `role` and the explore copy only: no merged rollout copy to build
+        config = dataclasses.replace(checkpoint.config,
+                                     model=dataclasses.replace(checkpoint.config.model, rollout_copy="lora"))
+        nets = build_policy_nets(config, adapter, roles, explore_source=role, explore=explore_fns)
         nets.load_state_dict(checkpoint.state["nets"])  # re-syncs the explore copy from `role`
         policy, explore = nets[role], nets["explore"]
     rewards = RewardSet(dict(spec["rewards"]), device)

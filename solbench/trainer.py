@@ -167,10 +167,7 @@ class Trainer:
                              self.timer, cfg.seed, self.device,
                              explore_recipe=(cfg.quant.recipe if explore is None else "identity") if uses_explore else None,
                              micro_batch=self.micro_batch["rollout"], reward_micro_batch=self.micro_batch["reward"],
-                             dist=self.dist,
-                             # compiled blocks on CPU (model.compile on; a test mode): the row-padding hooks, new
-                             # each call, would recompile every call, and compiled kernels void the bit-identity
-                             pad_rows=False if getattr(self.nets, "compiled_blocks", 0) else None)
+                             dist=self.dist)
         self.params = self.nets.trainable("policy")
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.finetune.lr, betas=tuple(cfg.finetune.adam_betas),
                                            weight_decay=cfg.finetune.weight_decay)

@@ -146,7 +146,8 @@ def _force_what_others_ran(out, spec, args, result, waited: list[str], run_dirs,
     after are the fresh results --force asked for)."""
     from solbench.launch import _older_than
 
-    stale = [rid for rid in waited if _older_than(run_states({rid: run_dirs[rid]})[rid][1], force_since)]
+    states = run_states({rid: run_dirs[rid] for rid in waited})
+    stale = [rid for rid in waited if _older_than(states[rid][1], force_since)]
     if not stale:
         return result
     out.print(f"--force: {len(stale)} run(s) another process was executing started before this request; running "

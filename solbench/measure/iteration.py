@@ -219,13 +219,11 @@ def _cuda_context_lost(err: BaseException) -> bool:
 def predicted_items(cfg, explore_format: str | None) -> dict[str, float]:
     """The doctor's itemised GB for the spec's run ``cfg`` (solbench.doctor.memory_items), its explore copy
     in ``explore_format`` (the format measured: FP8 where the GPU lacks NVFP4); {} without a profile."""
-    from solbench.doctor import SpecNeeds, _add_run, memory_items
+    from solbench.doctor import memory_items, run_profile
 
-    needs = SpecNeeds()
-    _add_run(needs, cfg.to_dict())
-    if not needs.profiles:
+    profile = run_profile(cfg.to_dict())
+    if profile is None:
         return {}
-    profile = needs.profiles[0]
     if explore_format is not None:
         profile = dataclasses.replace(profile, formats=frozenset({explore_format.upper()}))
     return {name.split(":")[0]: gb for name, gb in memory_items(profile)}

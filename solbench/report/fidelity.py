@@ -157,7 +157,7 @@ def ranking_fidelity(tables: Tables):
     )
     outputs = [Table("ranking_fidelity", "Ranking fidelity: proxy (explore) vs full-precision rewards", summary_df,
                      caption, display=display_df),
-               _fidelity_figure(groups, ks, _arm_explore(runs), _trained(tables))]
+               _fidelity_figure(groups, ks, explore_of, _trained(tables))]
     setup = _fidelity_setup(runs[runs["run_id"].isin(groups["run_id"])])
     if setup is not None:
         outputs.insert(0, setup)

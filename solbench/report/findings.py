@@ -99,11 +99,11 @@ def mark_primary(rows: list[Finding]) -> list[Finding]:
     return rows
 
 
-def primary_note() -> Note:
+def primary_note(level: float) -> Note:
     listing = "; ".join(f"{table}: {claim}" for table, claim in PRIMARY)
     return Note("Primary claims, named before the data", (
         f"One per paper table, fixed in the code before any result is read (solbench.report.findings.PRIMARY): "
-        f"{listing}. Each is judged on the training reward, at the {{level}} level, by the rule below; the column "
+        f"{listing}. Each is judged on the training reward, at the {level:.0%} level, by the rule below; the column "
         "`primary` marks its row. Every other row (the held-out rewards, other arms, recipes and checkpoints, "
         "convergence, the decline tests) is exploratory: no correction for multiple comparisons is applied, so among "
         "many exploratory rows some verdicts come out by chance (about 1 in 20 of the claims that are in truth "
@@ -177,9 +177,7 @@ def findings(tables: Tables):
     power = (f" With these runs, paired quality differences smaller than about ±{fmt_num(float(np.median(widths)))} "
              f"(the median half-width of their intervals on the training reward) cannot be told from zero; claims "
              "of a smaller effect stay inconclusive." if widths else "")
-    note = primary_note()
-    note.text = note.text.replace("{level}", f"{o.ci_level:.0%}")
-    outputs = [note, Table("findings", "Findings: the paper's claims against these results", data, (
+    outputs = [primary_note(o.ci_level), Table("findings", "Findings: the paper's claims against these results", data, (
         f"{summary}. Verdict rule (docs/reports.md, Findings): reproduced when the whole {o.ci_level:.0%} interval lies "
         "on the claim's side of the threshold, contradicted when it lies wholly on the other side, inconclusive when it "
         "spans or touches the threshold, has zero width or there is none, not measured when these results lack the "

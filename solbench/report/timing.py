@@ -109,13 +109,13 @@ def contention_note(tables: Tables, loads: pd.DataFrame) -> Note:
         + "\n".join(lines)), level="warning")
 
 
-def quiet_runs(tables: Tables, med: pd.DataFrame) -> tuple[set[str], str]:
+def quiet_runs(tables: Tables, med: pd.DataFrame, loads: pd.DataFrame | None = None) -> tuple[set[str], str]:
     """(the run ids of ``med`` timed on quiet cores, a sentence saying which were left out and why): a speed
     finding compares timings of quiet runs only. Runs that recorded no load are kept (and the sentence says
-    the load is unknown)."""
+    the load is unknown). ``loads``: run_load(tables), where the caller has it already."""
     if med.empty:
         return set(), ""
-    loads = run_load(tables)
+    loads = run_load(tables) if loads is None else loads
     ids = set(med["run_id"])
     if loads.empty or not ids & set(loads["run_id"]):
         return ids, "The load on these runs' cores was not recorded: whether other programs shared them is unknown."
@@ -191,7 +191,7 @@ def timing(tables: Tables):
     # Table 5 layout: naive BF16 scaling vs Sol-RL, from the runs timed on quiet cores
     from solbench.report.explore import explore_text
 
-    quiet, load_text = quiet_runs(tables, med)
+    quiet, load_text = quiet_runs(tables, med, loads)
     pairs = []
     for model in sorted(med["model"].unique()):
         m = med[(med["model"] == model) & med["run_id"].isin(quiet)]

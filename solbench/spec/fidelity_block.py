@@ -18,13 +18,14 @@ from solbench.spec.yaml_lines import _dotted, _nearest_line
 NO_QUANT = "none"
 
 
-def check_fidelity_block(block: FidelityBlock | None, methods: list[str], source: str, lines: dict[tuple, int],
-                         registries: Registries, runs: list | None = None) -> None:
-    """ConfigError for a fidelity block that could not run; ``methods``: the methods of the spec's runs; ``runs``
-    (PlannedRun): with them, a checkpoint mapping's arm, seeds and steps are checked too (a step the run will not
-    keep on disk, solbench.fidelity_plan.entry_problem)."""
+def check_fidelity_block(block: FidelityBlock | None, runs: list, source: str, lines: dict[tuple, int],
+                         registries: Registries) -> None:
+    """ConfigError for a fidelity block that could not run. ``runs``: the spec's runs (PlannedRun); every checkpoint
+    entry names one of their methods or 'base', and a checkpoint mapping's arm, seeds and steps must be on disk once
+    they are done (solbench.fidelity_plan.entry_problem, which the block's runner plans with)."""
     if block is None:
         return
+    from solbench.fidelity_plan import entries, entry_method, entry_problem
 
     def fail(loc: tuple, message: str) -> None:
         line = _nearest_line(lines, ("fidelity", *loc))
@@ -34,23 +35,18 @@ def check_fidelity_block(block: FidelityBlock | None, methods: list[str], source
     if block.explore_steps > block.steps:
         fail(("explore_steps",), f"{block.explore_steps} exceeds steps ({block.steps}): the explore stage is the "
                                  "short one; lower explore_steps or raise steps")
-    checkpoints = list(block.checkpoint) if isinstance(block.checkpoint, list) else [block.checkpoint]
-    for index, entry in enumerate(checkpoints):
-        which = entry if isinstance(entry, str) else entry.method  # a mapping (FidelityCheckpoint) names its method
+    recipes = None if registries.recipes is None else [*registries.recipes, NO_QUANT]
+    for index, entry in enumerate(entries(block)):
         loc = ("checkpoint", index) if isinstance(block.checkpoint, list) else ("checkpoint",)
-        if which != "base" and not any(_same_method(which, method) for method in methods):
-            fail(loc, f"{which!r} is no method of the spec's runs ({', '.join(sorted(set(methods)))}) nor 'base'")
-        if not isinstance(entry, str) and runs is not None:
-            from solbench.fidelity_plan import entry_problem
-
-            problem = entry_problem(entry, runs)
-            if problem:
-                fail(loc, problem)
+        # its method first (a string entry is just that), then a mapping's arm, seeds and steps
+        problem = entry_problem(entry_method(entry), runs) or (None if isinstance(entry, str) else
+                                                                entry_problem(entry, runs))
+        if problem:
+            fail(loc, problem)
         if not isinstance(entry, str):
-            _check_names(lambda key, message: fail((*loc, *key), message), "recipes", entry.recipes,
-                         None if registries.recipes is None else [*registries.recipes, NO_QUANT], "quantization recipe")
-    _check_names(fail, "recipes", block.recipes, None if registries.recipes is None else
-                 [*registries.recipes, NO_QUANT], "quantization recipe")
+            _check_names(lambda key, message: fail((*loc, *key), message), "recipes", entry.recipes, recipes,
+                         "quantization recipe")
+    _check_names(fail, "recipes", block.recipes, recipes, "quantization recipe")
     _check_names(fail, "rewards", block.rewards, registries.rewards, "reward")
 
 
@@ -62,12 +58,3 @@ def _check_names(fail, key: str, given: list[str], known: list[str] | None, what
             close = difflib.get_close_matches(name, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             fail((key, index), f"unknown {what} {name!r}{hint}; allowed: {', '.join(sorted(known))}")
-
-
-def _same_method(a: str, b: str) -> bool:
-    """Whether two spellings name one method, as the fidelity block's runner matches them (report.tables)."""
-    try:
-        from solbench.report.tables import same_method
-    except ImportError:  # the report part is absent: exact names only
-        return a == b
-    return same_method(a, b)

@@ -63,9 +63,9 @@ def check_launch(spec: ExperimentSpec, profile_path: str, profile: ProfileModel)
     if profile.gpus_per_node and profile.tasks_per_node != profile.gpus_per_node:
         raise ConfigError(f"{profile_path}: tasks_per_node={profile.tasks_per_node} but gpus_per_node="
                           f"{profile.gpus_per_node}; solbench runs one rank (task) per GPU, set them equal")
-    cpus = getattr(profile, "cpus_per_task", None)
+    cpus = profile.cpus_per_task
     short = sorted({r.config.numerics.threads for r in spec.runs
-                    if cpus and r.config.numerics.threads > cpus and r.config.device != "cuda"})
+                    if r.config.numerics.threads > cpus and r.config.device != "cuda"})
     if short:  # a CPU run given fewer cores than its threads could not compute the numbers its config sets
         raise ConfigError(f"{spec.path}: numerics.threads {', '.join(map(str, short))} exceeds the launch profile "
                           f"{profile_path}'s cpus_per_task={cpus}; give each task at least that many CPUs or lower "

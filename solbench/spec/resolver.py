@@ -167,8 +167,7 @@ class _Resolver:
                               "are dropped)")
         if not runs:
             raise self._error(("matrix",), "the spec expands to no runs (everything excluded?)")
-        check_fidelity_block(model.fidelity, [run.method for run in runs.values()], self.source, self.lines,
-                             self.registries, runs=list(runs.values()))
+        check_fidelity_block(model.fidelity, list(runs.values()), self.source, self.lines, self.registries)
         axis_keys = list(matrix) + [k for entry in model.include for k in entry if k not in matrix]
         return ExperimentSpec(name=model.name, path=path, description=model.description, launch=model.launch,
                               runs=list(runs.values()), sweep=model.sweep, axis_keys=list(dict.fromkeys(axis_keys)),

@@ -10,6 +10,12 @@ evaluation that decided it, a pruned Slurm job is cancelled; either way its stat
 resumes rather than restarts.
 
 The package docstring (solbench/sweep/__init__.py) describes a sweep as a whole.
+
+This module is one class and its entry point (about 450 lines for that reason): ``Sweep`` is the ask / launch /
+observe / prune / tell loop, and its methods share one sweep's state (the study, the trials in flight, the
+relaunch counts, the session lock). The parts with a job of their own are already their own modules: the search
+space (space), the study and its storage (study), a trial in flight (flight), the objective read from a run's
+curve (objective, curve), the Pareto front (pareto), Slurm job ids and cancelling (slurm) and the trials table (trials).
 """
 
 from __future__ import annotations
