@@ -34,6 +34,14 @@ once more, with a dynamic batch size, when a second batch size appears (a last m
 smaller), so all compilation happens in the first iteration (and the first evaluation).
 tests/test_compile.py checks that with dynamo's counters on the tiny model.
 
+Falling back: compiled sampling has never run on every GPU and torch a user may have, so a block whose
+compiled call raises while it compiles (its first call, or dynamo/inductor raising at a recompile) does
+not end the run: every block of that network (one ``compile_blocks`` call) goes back to its eager
+forward for good, the call is redone eagerly, the cause is logged as a warning and handed to the
+network's fallback listeners (``on_fallback``; the trainer records it in rollout.json as
+``compile_fallback``). Out-of-memory errors are not compile errors and propagate. An error the eager
+forward raises too propagates from the eager retry, so no model bug is hidden.
+
 Time: ``compile_seconds()`` is the wall time of the compiled calls during which dynamo compiled a
 graph; solbench.timing.PhaseTimer takes it out of the phase it happened in and records it as phase
 "compile", so rollout phases time the compiled code, not its compilation.
@@ -41,6 +49,7 @@ graph; solbench.timing.PhaseTimer takes it out of the phase it happened in and r
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -52,7 +61,9 @@ from torch import nn
 from solbench.errors import ConfigError
 
 __all__ = ["MODES", "DEFAULT_MODE", "REFERENCE_MODE", "check_setting", "resolve_compile", "compile_blocks", "compile_options",
-           "repeated_blocks", "sampling", "compile_seconds", "compiled_graphs"]
+           "repeated_blocks", "sampling", "compile_seconds", "compiled_graphs", "on_fallback"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODE = "default"  # what model.compile: on (and auto on CUDA) compiles with; the module docstring says why
 REFERENCE_MODE = "max-autotune-no-cudagraphs"  # NVlabs/Sana configs/sol_rl/flux1.py line 52
@@ -90,18 +101,59 @@ def repeated_blocks(model: nn.Module) -> list[nn.Module]:
     return [block for child in model.children() if isinstance(child, nn.ModuleList) for block in child]
 
 
-class _SamplingOnly:
-    """A block's call: its compiled code inside ``sampling()`` without gradients, its eager code otherwise."""
+class _Network:
+    """The blocks of one ``compile_blocks`` call: whether they fell back to eager, why, and who to tell."""
 
-    def __init__(self, block: nn.Module, compiled) -> None:
-        self.block, self.compiled = block, compiled
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.fallback: dict | None = None  # {"network", "block", "error"} once compiled sampling failed
+        self.listeners: list = []
+
+    def fall_back(self, block: nn.Module, err: BaseException) -> None:
+        if self.fallback is not None:
+            return
+        cause = (str(err).strip().splitlines() or [""])[0][:500]
+        self.fallback = {"network": self.name, "block": type(block).__name__, "error": f"{type(err).__name__}: {cause}"}
+        log.warning("model.compile: compiled sampling of %s failed in %s (%s); it samples eagerly from now on",
+                    self.name, type(block).__name__, self.fallback["error"])
+        for listener in list(self.listeners):
+            listener(dict(self.fallback))
+
+
+def _is_compile_error(err: BaseException, first_call: bool) -> bool:
+    """Whether ``err``, raised by a compiled block call, is compilation failing (fall back to eager) rather than
+    the run's own error: anything on a block's first compiled call, or dynamo's own exceptions later (a
+    recompile for a new shape), but never running out of memory."""
+    if isinstance(err, torch.OutOfMemoryError) or not isinstance(err, Exception):
+        return False
+    from torch._dynamo.exc import TorchDynamoException
+
+    return first_call or isinstance(err, TorchDynamoException)
+
+
+class _SamplingOnly:
+    """A block's call: its compiled code inside ``sampling()`` without gradients, its eager code otherwise
+    (and always, once its network fell back to eager)."""
+
+    def __init__(self, block: nn.Module, compiled, network: _Network) -> None:
+        self.block, self.compiled, self.network = block, compiled, network
+        self.succeeded = False  # one compiled call has returned
 
     def __call__(self, *args, **kwargs):
-        if not getattr(_STATE, "sampling", 0) or torch.is_grad_enabled():
+        if not getattr(_STATE, "sampling", 0) or torch.is_grad_enabled() or self.network.fallback is not None:
             return self.block._call_impl(*args, **kwargs)
         graphs = compiled_graphs()
         start = time.perf_counter()
-        out = self.compiled(*args, **kwargs)
+        try:
+            out = self.compiled(*args, **kwargs)
+        except Exception as err:
+            if not _is_compile_error(err, not self.succeeded):
+                raise
+            with _CLOCK_LOCK:  # the failed attempt was compilation too
+                _CLOCK["seconds"] += time.perf_counter() - start
+            self.network.fall_back(self.block, err)
+            return self.block._call_impl(*args, **kwargs)
+        self.succeeded = True
         if compiled_graphs() != graphs:  # this call compiled: its time is compilation, not sampling
             with _CLOCK_LOCK:
                 _CLOCK["seconds"] += time.perf_counter() - start
@@ -122,11 +174,26 @@ def compile_blocks(model: nn.Module, mode: str | None) -> int:
     todo = [b for b in blocks if not isinstance(b._compiled_call_impl, _SamplingOnly)]
     if len(todo) == len(blocks) and getattr(model, "_repeated_blocks", None) and hasattr(model, "compile_repeated_blocks"):
         model.compile_repeated_blocks(options=options)  # diffusers: block.compile(...) on each repeated block
+    network = next((b._compiled_call_impl.network for b in blocks if isinstance(b._compiled_call_impl, _SamplingOnly)),
+                   None) or _Network(type(model).__name__)
     for block in todo:
         if block._compiled_call_impl is None:
             block.compile(options=options)
-        block._compiled_call_impl = _SamplingOnly(block, block._compiled_call_impl)
+        block._compiled_call_impl = _SamplingOnly(block, block._compiled_call_impl, network)
     return len(blocks)
+
+
+def on_fallback(model: nn.Module, listener) -> dict | None:
+    """Call ``listener(record)`` when ``model``'s compiled sampling falls back to eager (record: the network,
+    the block class and the error); returns the record at once if it already has, else None. A model
+    without compiled blocks never calls it."""
+    networks = {id(b._compiled_call_impl.network): b._compiled_call_impl.network for b in repeated_blocks(model)
+                if isinstance(b._compiled_call_impl, _SamplingOnly)}
+    for network in networks.values():
+        if network.fallback is not None:
+            return dict(network.fallback)
+        network.listeners.append(listener)
+    return None
 
 
 def compile_options(mode: str) -> dict:

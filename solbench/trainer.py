@@ -151,6 +151,8 @@ class Trainer:
             self.store.write_json("explore.json", self.nets.explore_backend.record())
         if getattr(self.nets, "rollout_record", None) is not None:  # rollout path and compilation (issue 40)
             self.store.write_json("rollout.json", self.nets.rollout_record)
+            # rewritten when compiled sampling falls back to eager (its compile_fallback, solbench.compile)
+            self.nets.rollout_record_changed = lambda: self.store.write_json("rollout.json", self.nets.rollout_record)
         self.timer = PhaseTimer()
         # One instance per reward name, shared by the training sum and evaluation (one copy of each
         # reward model per rank), loaded now: missing weights stop the run at launch, not at step 0's eval.

@@ -131,7 +131,37 @@ def build_policy_nets(cfg: RunConfig, adapter, roles, *, explore_source: str = "
     nets.explore_backend = getattr(factory, "choice", None)  # the resolved quant.backend (BackendChoice)
     nets.rollout_record = {**rollout.record(), "rollout_role": explore_source, "compile_requested": cfg.model.compile,
                            "compile_mode": mode, "compiled_blocks": nets.compiled_blocks}
+    if nets.compiled_blocks:
+        _record_compile_fallbacks(nets)
     return nets
+
+
+def _record_compile_fallbacks(nets: PolicyNets) -> None:
+    """rollout.json's ``compile_fallback``: each sampling network whose compiled blocks failed to compile and
+    went back to eager (solbench.compile.on_fallback), with the error; ``nets.rollout_record_changed`` (the
+    trainer's rewrite of rollout.json) is called after each entry."""
+    from solbench.compile import on_fallback
+    from solbench.policy import AdapterView
+
+    entries = nets.rollout_record["compile_fallback"] = []
+    networks = {}
+    for role, net in [*nets._nets.items(), ("rollout_copy", nets.rollout_copy)]:
+        net = object.__getattribute__(net, "_shared") if isinstance(net, AdapterView) else net
+        if net is not None:
+            networks.setdefault(id(net), (role, net))
+
+    def listener_for(role: str):
+        def heard(entry: dict) -> None:
+            entries.append({"role": role, **entry})
+            changed = getattr(nets, "rollout_record_changed", None)
+            if changed is not None:
+                changed()
+        return heard
+
+    for role, net in networks.values():
+        already = on_fallback(net, listener_for(role))
+        if already is not None:
+            entries.append({"role": role, **already})
 
 
 def eval_sampler(cfg: RunConfig):
