@@ -122,13 +122,21 @@ def _method_runs(spec_path, methods: list[str] | None) -> list:
     return [first[m] for m in order]
 
 
-def _explore_fns(cfg, device: torch.device, notes: list[str]):
+def _explore_fns(cfg, device: torch.device, notes: list[str], *, recipe=None, fast_accum: bool | None = None):
     """(factory, sync, recipe, backend) for the run's explore copy on this machine: backend auto, and
-    the recipe's FP8 twin (same layers) where the GPU lacks the recipe's FP4 format."""
+    the recipe's FP8 twin (same layers) where the GPU lacks the recipe's FP4 format.
+
+    ``recipe`` (a name or QuantRecipe) replaces the run's quant.recipe; ``fast_accum`` (default: the run's
+    quant.fast_accum) turns on the FP8 GEMM's fast accumulation where the copy runs on torch's scaled matmul
+    (solbench.quant.native.set_fast_accum), as trainer_setup.quant_explore_fns does for a run; elsewhere it
+    is left off and ``notes`` says so. Layers of the copy that read one tensor quantize it once
+    (native.share_input_quantization)."""
     from solbench import quant
     from solbench.quant.backends import choose_backend
+    from solbench.quant.native import set_fast_accum, share_input_quantization
 
-    recipe = quant.get_recipe(cfg.quant.recipe)
+    recipe = quant.get_recipe(cfg.quant.recipe if recipe is None else recipe)
+    fast_accum = cfg.quant.fast_accum if fast_accum is None else fast_accum
     choice = choose_backend(recipe, "auto", allow_emulated_fallback=True, device=device)
     if choice.backend == "emulated" and device.type == "cuda" and recipe.format != "fp8":
         twin = recipe.replace(name=f"{recipe.name}->fp8", format="fp8", weight_block=None)
@@ -140,10 +148,19 @@ def _explore_fns(cfg, device: torch.device, notes: list[str]):
     if choice.passed_over:
         notes.append(choice.describe())
     chosen = recipe.replace(backend=choice.backend)
+    if fast_accum and (choice.backend != "torch" or chosen.format != "fp8"):
+        notes.append(f"fast accumulation not applied: {chosen.name} runs {chosen.format} on backend {choice.backend}, "
+                     "and only backend torch's FP8 GEMM has it")
+        fast_accum = False
 
     def factory(module):
-        return quant.quantized_copy(module, chosen)
+        copy = quant.quantized_copy(module, chosen)
+        if choice.backend == "torch":
+            share_input_quantization(copy)
+            set_fast_accum(copy, bool(fast_accum))
+        return copy
 
+    factory.fast_accum = bool(fast_accum)
     return factory, quant.sync_weights, chosen, choice.backend
 
 

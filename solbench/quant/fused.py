@@ -236,6 +236,16 @@ def _fp8_tensor_rows(x2d: torch.Tensor):
     return codes, one / encode
 
 
+def _fp8_channel_rows(x2d: torch.Tensor):
+    """native.quantize_fp8_rowwise: _fp8_tensor_rows with one amax and scale per row ([M, 1]), as
+    formats.quantize(x, "fp8", "channel") computes them (fp8._fp8_plan's arithmetic, per row)."""
+    amax = x2d.abs().amax(dim=-1, keepdim=True).float()
+    one = torch.ones_like(amax)
+    encode = torch.where(amax == 0, one, torch.clamp(torch.full_like(amax, 448.0) / amax, max=_FLT_MAX))
+    codes = (x2d.float() * encode).to(torch.float8_e4m3fn)
+    return codes, one / encode
+
+
 _KERNELS: Dict[str, Callable] = {
     "absmax_blocks": _absmax_blocks,
     "nvfp4_block_scales": _nvfp4_block_scales,
@@ -248,6 +258,7 @@ _KERNELS: Dict[str, Callable] = {
     "encode_e4m3": _encode_e4m3,
     "decode_e4m3": _decode_e4m3,
     "fp8_tensor_rows": _fp8_tensor_rows,
+    "fp8_channel_rows": _fp8_channel_rows,
 }
 
 

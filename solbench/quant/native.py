@@ -13,8 +13,14 @@ per-tensor scale) and runs torch's scaled matrix multiply on it:
   arithmetic is traced into the block's graph, where inductor fuses the quantizations of a tensor that
   several layers read (q, k, v) into one pass: the input read and its amax and scale computed once,
   each layer's codes written by that pass (tests/test_quant_native.py reads the generated code). Eager
-  forwards quantize per layer. ``fast_accum`` (quant.fast_accum)
+  forwards quantize once per input too where layers share it (``share_input_quantization``: q/k/v,
+  FLUX single blocks' fused input projections). ``fast_accum`` (quant.fast_accum)
   lets the FP8 GEMM accumulate in its faster, less precise mode (``use_fast_accum``).
+- FP8 rowwise (recipes with ``rowwise``, e.g. ``fp8_rowwise_flux``): a scale per input row (token) and per
+  output channel of the weight, ``torch._scaled_mm`` with scale_a [M, 1] and scale_b [1, N] (torchao's
+  float8 rowwise); the input quantizer is ``quantize_fp8_rowwise``, formats.quantize(x, "fp8", "channel")
+  to the bit. Rowwise GEMMs write bf16; a layer of another dtype multiplies with unit scales into fp32 and
+  applies the two scale vectors after.
 - NVFP4 (Blackwell sm_100+): ``torch._scaled_mm`` on ``float4_e2m1fn_x2`` operands with swizzled
   E4M3 block scales (torchao's NVFP4 route), times the two per-tensor decode scales.
 
@@ -53,10 +59,11 @@ from .formats import (
     quantize,
     swizzle_scales_128x4,
 )
-from .common import BackendUnavailableError, te_rows_padded
+from .common import BackendUnavailableError
 from .recipes import QuantRecipe
 
-__all__ = ["NativeLinear", "native_unavailable_reason", "quantize_fp8_rows", "quantize_nvfp4_rows", "set_fast_accum"]
+__all__ = ["NativeLinear", "native_unavailable_reason", "quantize_fp8_rows", "quantize_fp8_rowwise", "quantize_nvfp4_rows",
+           "set_fast_accum", "share_input_quantization"]
 
 # Blackwell is the first architecture with FP4 tensor cores; Ada and Hopper have FP8.
 _NEEDED_CAPABILITY = {"fp8": (8, 9), "nvfp4": (10, 0)}
@@ -77,8 +84,10 @@ def native_unavailable_reason(recipe: QuantRecipe, device: torch.device | str | 
                 "is not supported\"); fp8_e5m2 recipes run on TransformerEngine or emulated")
     if recipe.format not in _NEEDED_CAPABILITY:
         return f"no {recipe.format} path is implemented on torch's scaled matmul (NVFP4 and FP8 E4M3 are)"
-    if recipe.format == "fp8" and recipe.weight_block is not None:
-        return "torch's FP8 scaled matmul here takes per-tensor weight scales only (recipe has per-channel)"
+    if recipe.format == "fp8" and recipe.rowwise != (recipe.weight_block == "channel"):
+        return ("torch's FP8 scaled matmul scales both operands per tensor or both per row: per-tensor activations "
+                "need per-tensor weights, rowwise activations per-channel weights (recipe has "
+                f"weights {recipe.weight_block or 'per-tensor'}, activations {'per row' if recipe.rowwise else 'per tensor'})")
     if not hasattr(torch, "_scaled_mm") or (recipe.format == "nvfp4" and not hasattr(torch, "float4_e2m1fn_x2")):
         return f"this torch {torch.__version__} has no scaled matmul for {recipe.format}"
     if device is None:
@@ -109,6 +118,14 @@ def quantize_fp8_rows(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if torch.compiler.is_compiling():
         return fused._fp8_tensor_rows(x2d)
     return fused.native_kernel("fp8_tensor_rows")(x2d)
+
+
+def quantize_fp8_rowwise(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E4M3 codes as float8_e4m3fn [M, K], fp32 decode scales [M, 1]) of ``x2d`` with a scale per row, as
+    formats.quantize(x, "fp8", "channel") computes them (finite inputs), with no host sync."""
+    if torch.compiler.is_compiling():
+        return fused._fp8_channel_rows(x2d)
+    return fused.native_kernel("fp8_channel_rows")(x2d)
 
 
 def quantize_nvfp4_rows(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -148,7 +165,7 @@ class NativeLinear(nn.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool, recipe: QuantRecipe, *, name: str = "",
-                 dtype: torch.dtype = torch.bfloat16, device=None) -> None:
+                 dtype: torch.dtype = torch.bfloat16, device=None, shared_inputs=None) -> None:
         super().__init__()
         if recipe.format not in _NEEDED_CAPABILITY:
             raise BackendUnavailableError(f"layer {name!r}, recipe {recipe.name!r}: "
@@ -159,11 +176,14 @@ class NativeLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.recipe, self.name, self.dtype = recipe, name, dtype
         self.fast_accum = False  # FP8: the GEMM's fast accumulation (quant.fast_accum; set_fast_accum)
+        # layers reading one tensor quantize it once (quant.layers._SharedInputQuantization; share_input_quantization)
+        self.shared_inputs = shared_inputs
         fp4 = recipe.format == "nvfp4"
         self.register_buffer("codes", torch.zeros(out_features, in_features // 2 if fp4 else in_features,
                                                   dtype=torch.uint8 if fp4 else torch.float8_e4m3fn, device=device))
         scales = (swizzle_scales_128x4(torch.zeros(out_features, in_features // NVFP4_BLOCK, dtype=torch.float8_e4m3fn,
-                                                   device=device)) if fp4 else torch.ones((), device=device))
+                                                   device=device)) if fp4
+                  else torch.ones((out_features, 1) if recipe.rowwise else (), device=device))
         self.register_buffer("scales", scales)
         self.register_buffer("decode", torch.ones((), device=device))
         self.register_buffer("bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None)
@@ -195,7 +215,7 @@ class NativeLinear(nn.Module):
     def dequantized_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight the GEMM multiplies by, decoded (for checks; the forward never forms it)."""
         if self.recipe.format == "fp8":
-            return (self.codes.float() * self.scales).to(dtype)
+            return (self.codes.float() * self.scales).to(dtype)  # scales: 0-dim, or [N, 1] (rowwise)
         from .formats import E2M1_VALUES, _e4m3_to_float
 
         n, k = self.out_features, self.in_features
@@ -205,27 +225,58 @@ class NativeLinear(nn.Module):
         return (values.view(n, -1, NVFP4_BLOCK) * (_e4m3_to_float(scales) * self.decode)[..., None]).view(n, k).to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return te_rows_padded(self._matmul, x, ROW_MULTIPLE)
-
-    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
+        rows = x.numel() // self.in_features if self.in_features else 0
+        out = self._gemm(*self.input_operands(x))
+        return out[:rows].view(*lead, self.out_features)
+
+    def input_operands(self, x: torch.Tensor) -> tuple:
+        """The quantized input the GEMM multiplies: its rows zero-padded to a multiple of ROW_MULTIPLE (zero rows
+        change no real row: their amax is 0) and quantized (FP8: codes and decode scale(s); NVFP4: packed codes,
+        block scales and S_dec). Layers sharing ``shared_inputs`` reuse one result for one tensor (eagerly; a
+        compiled forward computes it inline, where inductor fuses the siblings' quantizers into one pass)."""
+        shared = self.shared_inputs if self.shared_inputs is not None and not torch.compiler.is_compiling() else None
+        key = ("native", self.recipe.format, self.recipe.rowwise, self.in_features)
+        if shared is not None:
+            cached = shared.get(x, key)
+            if cached is not None:
+                return cached
         x2d = x.reshape(-1, self.in_features)
-        if self.recipe.format == "fp8":
-            codes, decode = quantize_fp8_rows(x2d)
-            if self.dtype != torch.float32:  # scales and bias applied in the GEMM's epilogue, one rounding
-                out = torch._scaled_mm(codes, self.codes.t(), decode, self.scales, bias=self.bias, out_dtype=self.dtype,
-                                       use_fast_accum=self.fast_accum)
-                return out.view(*lead, self.out_features)
-            out = torch._scaled_mm(codes, self.codes.t(), decode, self.scales, out_dtype=torch.float32,
-                                   use_fast_accum=self.fast_accum)
+        pad = (-x2d.shape[0]) % ROW_MULTIPLE
+        if pad:
+            x2d = torch.cat([x2d, x2d.new_zeros(pad, self.in_features)])
+        if self.recipe.format == "nvfp4":
+            operands = quantize_nvfp4_rows(x2d)
         else:
-            codes, block_scales, decode = quantize_nvfp4_rows(x2d)
+            operands = quantize_fp8_rowwise(x2d) if self.recipe.rowwise else quantize_fp8_rows(x2d)
+        if shared is not None:
+            shared.put(x, key, operands)
+        return operands
+
+    def _gemm(self, *operands) -> torch.Tensor:
+        if self.recipe.format == "nvfp4":
+            codes, block_scales, decode = operands
             out = torch._scaled_mm(codes.view(torch.float4_e2m1fn_x2), self.codes.view(torch.float4_e2m1fn_x2).t(),
                                    swizzle_scales_128x4(block_scales), self.scales, out_dtype=torch.float32)
             out = out * (decode * self.decode)
+        else:
+            codes, decode = operands
+            # tensorwise scales, or rowwise into bf16 (the only output rowwise GEMMs have): scales and bias applied
+            # in the GEMM's epilogue, one rounding
+            if self.dtype != torch.float32 and (not self.recipe.rowwise or self.dtype == torch.bfloat16):
+                weight_scale = self.scales.view(1, -1) if self.recipe.rowwise else self.scales
+                return torch._scaled_mm(codes, self.codes.t(), decode, weight_scale, bias=self.bias,
+                                        out_dtype=self.dtype, use_fast_accum=self.fast_accum)
+            if self.recipe.rowwise:  # unit scales into fp32, then the row and column scales
+                one = torch.ones((), device=codes.device)
+                out = torch._scaled_mm(codes, self.codes.t(), one, one, out_dtype=torch.float32,
+                                       use_fast_accum=self.fast_accum) * decode * self.scales.view(1, -1)
+            else:
+                out = torch._scaled_mm(codes, self.codes.t(), decode, self.scales, out_dtype=torch.float32,
+                                       use_fast_accum=self.fast_accum)
         if self.bias is not None:
             out = out + self.bias.float()
-        return out.to(self.dtype).view(*lead, self.out_features)
+        return out.to(self.dtype)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
@@ -239,6 +290,20 @@ def set_fast_accum(model: nn.Module, enabled: bool) -> int:
     layers = [m for m in model.modules() if isinstance(m, NativeLinear) and m.recipe.format == "fp8"]
     for layer in layers:
         layer.fast_accum = bool(enabled)
+    return len(layers)
+
+
+def share_input_quantization(model: nn.Module) -> int:
+    """Give every NativeLinear of ``model`` (a quantized copy) one shared input cache, so that layers the model
+    feeds the very same tensor (q/k/v, FLUX single blocks' attention and MLP input projections) quantize it once
+    per forward: the emulated backend's ``_SharedInputQuantization`` (a hit needs the same tensor object at the
+    same version, so a reused result is bit-identical to recomputing it). Returns how many layers share it."""
+    from .layers import _SharedInputQuantization
+
+    layers = [m for m in model.modules() if isinstance(m, NativeLinear)]
+    shared = _SharedInputQuantization()
+    for layer in layers:
+        layer.shared_inputs = shared
     return len(layers)
 
 

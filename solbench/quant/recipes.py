@@ -73,6 +73,10 @@ class QuantRecipe:
             (torch's scaled matmul on the same tensor cores, no TE: solbench.quant.native).
         nonfinite: what the quantizer does with NaN/inf in weights or activations: "error"
             (default: raise, naming the layer) or "propagate" (the affected blocks become NaN).
+        rowwise: fp8 only: activations scaled per row (one scale per token) instead of per tensor.
+            With weight_block "channel" (one scale per output channel) this is torchao's float8
+            rowwise recipe, which backend torch runs as one scaled GEMM (scale_a [M, 1], scale_b
+            [1, N]); a per-row scale can be computed by the kernel that produces the input.
         description: one line for humans.
     """
 
@@ -86,6 +90,7 @@ class QuantRecipe:
     min_dim_per_width: Optional[float] = None
     backend: str = "emulated"
     nonfinite: str = "error"
+    rowwise: bool = False
     description: str = ""
     _compiled_skip: Tuple = field(default=(), init=False, repr=False, compare=False)
     _compiled_exempt: Tuple = field(default=(), init=False, repr=False, compare=False)
@@ -126,6 +131,9 @@ class QuantRecipe:
                                  f"min_dim_per_width ({share}), not both")
         if not isinstance(self.activations, bool):
             raise TypeError(f"{where}: activations must be a bool, got {self.activations!r}")
+        if not isinstance(self.rowwise, bool) or (self.rowwise and self.format != "fp8"):
+            raise ValueError(f"{where}: rowwise (a scale per activation row) is a bool for format fp8 only, got "
+                             f"{self.rowwise!r} with format {self.format!r}")
         skip = (self.skip,) if isinstance(self.skip, str) else tuple(self.skip)
         exempt = (self.min_dim_exempt,) if isinstance(self.min_dim_exempt, str) else tuple(self.min_dim_exempt)
         object.__setattr__(self, "skip", skip)
@@ -135,8 +143,8 @@ class QuantRecipe:
 
     @property
     def activation_block(self):
-        """Block shape used for activations (fixed by the format)."""
-        return _ACTIVATION_BLOCK[self.format]
+        """Block shape used for activations (fixed by the format; fp8 with ``rowwise``: "channel", a scale per row)."""
+        return "channel" if self.rowwise else _ACTIVATION_BLOCK[self.format]
 
     @property
     def label(self) -> str:
@@ -145,7 +153,8 @@ class QuantRecipe:
         acts = f"A{bits}" if self.activations else "A16"
         block = self.weight_block
         block_text = "per-tensor" if block is None else (block if isinstance(block, str) else f"{block[0]}x{block[1]}")
-        return f"{self.format} W{bits}{acts} (weights {block_text})"
+        rows = ", activations per row" if self.rowwise else ""
+        return f"{self.format} W{bits}{acts} (weights {block_text}{rows})"
 
     def replace(self, **changes) -> "QuantRecipe":
         """A copy with some fields changed (validated again)."""
@@ -329,6 +338,14 @@ for _model, _base in (("flux", "nvfp4_flux"), ("sd3", "nvfp4_sd3"), ("sana", "nv
         name=f"te_delayed_e2m1_{_model}", format="fp8_e5m2", weight_block=None,
         description=f"what Sol-RL's public code runs on {_model} (TE DelayedScaling(Format.E2M1) = per-tensor FP8 "
                     f"E5M2 weights and activations) with {_base}'s layers; not the paper's NVFP4")
+
+
+# FP8 with rowwise scales (issue 46): a scale per token for activations and per output channel for weights, the
+# scaling torchao's float8 rowwise and flux-fast run on Hopper, with nvfp4_flux's layers. A per-row activation
+# scale needs no global amax, so it can fuse into the kernel that produces the input (norm/modulation, GELU).
+RECIPES["fp8_rowwise_flux"] = RECIPES["nvfp4_flux"].replace(
+    name="fp8_rowwise_flux", format="fp8", weight_block="channel", rowwise=True,
+    description="FP8 E4M3 W8A8 with rowwise scales (per token, per output channel) and nvfp4_flux's layers")
 
 
 def get_recipe(recipe: Union[str, QuantRecipe]) -> QuantRecipe:
