@@ -134,6 +134,10 @@ class EvalConfig:
     resolution: int | None = None  # image side of the evaluation samples in pixels
     shift: float | None = None  # sigma-schedule shift of the evaluation samples
     sampler: Literal["euler", "dpm2"] = "euler"  # the deterministic ODE solver of the evaluation samples
+    # methods with an explore copy: the seeds they train on sampled at the other precision too, and the distance of
+    # the samples and of the loss gradient logged (split explore_gap, solbench.explore_gap) at iteration 1, every
+    # this many iterations and the last; untimed, and it never changes the training; 0 = not measured
+    explore_gap_every: int = 0
 
 
 @dataclass
@@ -173,6 +177,7 @@ HASHED_ONLY_WHEN_SET: dict[tuple[str, str], Any] = {
     ("eval", "resolution"): None,
     ("eval", "shift"): None,
     ("eval", "sampler"): "euler",
+    ("eval", "explore_gap_every"): 0,
 }
 
 

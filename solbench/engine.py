@@ -36,8 +36,9 @@ written into preallocated buffers too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 
 import torch
 from torch import Tensor, nn
@@ -141,6 +142,18 @@ class Engine:
         self.pad_rows = (self.device.type == "cpu" and not getattr(nets, "compiled_blocks", 0)) \
             if pad_rows is None else bool(pad_rows)
         self.dist = dist
+        self._recorded: list[Rollout] | None = None  # see ``recording``
+
+    @contextmanager
+    def recording(self) -> Iterator[list[Rollout]]:
+        """Keep every rollout sampled inside the block, without its images, in the list it yields (the
+        harness's explore-gap measurement finds the trained samples' seeds there: solbench.explore_gap).
+        Nothing sampled changes; the rollouts' latents live until the list goes."""
+        self._recorded = recorded = []
+        try:
+            yield recorded
+        finally:
+            self._recorded = None
 
     # -- networks and precision ----------------------------------------------------------------
     def net(self, role: str | nn.Module) -> nn.Module:
@@ -280,9 +293,13 @@ class Engine:
                 x0 = ShardedRows.from_shards(self.dist, x0, n)  # gathered when (and as far as) it is read
                 trajectory = self._sharded_trajectory(trajectory, n, keep_trajectory, sigmas)
                 image_rows = list(range(mine.start, mine.stop))
-        return Rollout(prompt_ids=prompt_ids, prompts=prompts, cand_idx=cand_idx, noise_seeds=seeds,
-                       precision=precision, dtype=self.dtype_label(role, module), x0=x0, images=images,
-                       sampler=spec, net=role, stream=stream, trajectory=trajectory, image_rows=image_rows)
+        rollout = Rollout(prompt_ids=prompt_ids, prompts=prompts, cand_idx=cand_idx, noise_seeds=seeds,
+                          precision=precision, dtype=self.dtype_label(role, module), x0=x0, images=images,
+                          sampler=spec, net=role, stream=stream, trajectory=trajectory, image_rows=image_rows)
+        if self._recorded is not None:
+            self._recorded.append(replace(rollout, x0=rollout.__dict__["x0"], images=images[:0], trajectory=None,
+                                          image_rows=None if image_rows is None else []))
+        return rollout
 
     def _sharded_trajectory(self, local: Trajectory | None, n: int, keep: bool, sigmas: Tensor) -> Trajectory | None:
         """This rank's shard of a trajectory as the rows of the whole one, gathered when read."""

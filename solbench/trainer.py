@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from solbench import explore_gap
 from solbench.config import RunConfig
 from solbench.distributed import DistContext, init_distributed
 from solbench.engine import Engine
@@ -115,6 +116,8 @@ class Trainer:
                             ("iterations", cfg.iterations), ("prompts_per_iter", cfg.prompts_per_iter)):
             if value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
+        if cfg.eval.explore_gap_every < 0:
+            raise ConfigError(f"eval.explore_gap_every must be >= 0 (0: not measured), got {cfg.eval.explore_gap_every}")
         if cfg.finetune.optimizer_steps is not None and (cfg.finetune.optimizer_steps < 1 or cfg.finetune.grad_accum != 1):
             raise ConfigError(f"finetune.optimizer_steps={cfg.finetune.optimizer_steps} must be >= 1 and needs "
                               f"finetune.grad_accum 1 (got {cfg.finetune.grad_accum})")
@@ -231,9 +234,20 @@ class Trainer:
         start = time.perf_counter()
         records = self.draw_prompts(step)
         it = Iteration(step=step, stream=f"train/{step}", generator=_seeded_generator(self.cfg.seed, "method", step))
-        with self._name_nonfinite("sampling or scoring the training batch"):
+        measured = "explore" in self.nets and explore_gap.due(step, self.cfg.eval.explore_gap_every, self.cfg.iterations)
+        with self._name_nonfinite("sampling or scoring the training batch"), \
+                (self.engine.recording() if measured else contextlib.nullcontext()) as recorded:
             batch = self.method.collect(self.engine, [r.id for r in records], [r.text for r in records], it)
         self.check_rewards(batch)
+        gap: dict[str, float] = {}
+        if measured:  # not part of the iteration: untimed, and its duration is taken out of the wall clock
+            paused = time.perf_counter()
+            with self._name_nonfinite("measuring the explore gap"):
+                gap = explore_gap.measure(self.method, self.engine, batch, recorded, step=step,
+                                          generator=_seeded_generator(self.cfg.seed, "explore_gap", step),
+                                          params=self.params, rollout_role=self.method.rollout_net)
+            del recorded
+            start += time.perf_counter() - paused
         with self.engine.phase("train", precision="full"):
             stats = self.optimize(batch, it)
         self.method.after_update(self.nets, step)
@@ -242,7 +256,7 @@ class Trainer:
                 self.engine.sync_explore_copy()
         self.wall_s += time.perf_counter() - start
         self.images_seen += batch.n_images
-        self.record_iteration(batch, stats)
+        self.record_iteration(batch, stats, gap)
 
     def check_rewards(self, batch: Batch) -> None:
         """A NaN reward would rank first in selection and poison the advantages: stop instead."""
@@ -446,17 +460,20 @@ class Trainer:
             row["step"] = self.step
         self.store.append("timings", rows)
 
-    def record_iteration(self, batch: Batch, stats: dict[str, float]) -> None:
+    def record_iteration(self, batch: Batch, stats: dict[str, float], gap: dict[str, float] | None = None) -> None:
         metrics = {**batch.logs, **stats}
-        self.store.append("metrics", [self._metric_row("train", k, v) for k, v in metrics.items()])
+        gap = gap or {}
+        self.store.append("metrics", [self._metric_row("train", k, v) for k, v in metrics.items()]
+                          + [self._metric_row(explore_gap.SPLIT, k, v) for k, v in gap.items()])
         self.store.append("candidates", [{"step": self.step, **c.row()} for c in batch.candidates])
         self._flush_timings()
         if not self.dist.is_main:
             return
         writer = self.writer()
-        for key, value in metrics.items():
+        for key, value in [*((f"train/{k}", v) for k, v in metrics.items()),
+                           *((f"{explore_gap.SPLIT}/{k}", v) for k, v in gap.items())]:
             if math.isfinite(value):
-                writer.add_scalar(f"train/{key}", value, self.step)
+                writer.add_scalar(key, value, self.step)
         if self.progress:
             self.progress(self.store.run_id, self.step, "train", metrics)
 

@@ -148,6 +148,8 @@ NOT_RESULTS: dict[str, str] = {
     "quant.allow_emulated_fallback": "false in every real spec: a run without the backend fails instead of "
                                      "computing anything else",
     "eval.grid_prompts": "which eval images the saved sample grid shows",
+    "eval.explore_gap_every": "how often the harness measures the explore copy's error beside training "
+                              "(solbench.explore_gap): extra rows, the training untouched",
     "micro_batch.rollout": "samples per sampling call: memory (bit-identical on CPU, summation order on GPU)",
     "micro_batch.reward": "images per reward-model call: memory",
     "micro_batch.train": "samples per training forward: memory (the optimizer steps are "

@@ -1,0 +1,99 @@
+"""Issue 48's dose-response: the harness's explore-gap measurement (solbench.explore_gap) and its report section.
+
+- Both methods with an explore copy log the gap rows at the measured iterations (a measurement wired to one
+  method only, or rows missing at iteration 1 / the last one, fails).
+- The measurement never changes the training: the same run with and without it gives bit-identical training and
+  evaluation rows, candidates, timing rows (phase, images, FLOPs) and weights (a measurement that consumed the
+  iteration's generator or the global RNG, left gradients in .grad, or was timed into Table 5's phases fails).
+- Oracle: an explore copy that quantizes nothing (an identity copy) gives sample distance exactly 0, gradient
+  cosine 1 and norm ratio 1 (a measurement pairing the wrong seeds, twins drawn with other noise or other steps,
+  or gradients drawn with different timesteps/noise for the two precisions fails).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import pytest
+import torch
+
+import _tiny_config as tiny_config
+from solbench import explore_gap
+from solbench.results import RunStore
+from solbench.trainer import Trainer
+
+
+def identity_explore():
+    """An explore copy that computes what its source computes (no quantization)."""
+    def factory(module):
+        return copy.deepcopy(module).requires_grad_(False)
+
+    def sync(explore, module):
+        explore.load_state_dict(module.state_dict())
+
+    return factory, sync
+
+
+def run(tmp_path, method: str, name: str, *, every: int, iterations: int = 2, explore=None) -> Trainer:
+    cfg = tiny_config.small_config(method, experiment="gap", planned_iterations=iterations, seed=1)
+    cfg.eval = dataclasses.replace(cfg.eval, explore_gap_every=every)
+    trainer = Trainer(cfg, RunStore(tmp_path / name, cfg.run_id), explore=explore)
+    trainer.run()
+    return trainer
+
+
+def gap_rows(trainer: Trainer) -> dict[tuple[int, str], float]:
+    return {(r["step"], r["metric"]): r["value"] for r in trainer.store.read("metrics") if r["split"] == explore_gap.SPLIT}
+
+
+def training_record(trainer: Trainer):
+    """Everything a run's training produced, its wall clock aside."""
+    metrics = [(r["step"], r["split"], r["metric"], r["value"], r["images_seen"], r.get("prompt_id"), r.get("eval_seed"))
+               for r in trainer.store.read("metrics") if r["split"] != explore_gap.SPLIT]
+    candidates = [tuple(sorted((k, v) for k, v in r.items() if k != "run_id")) for r in trainer.store.read("candidates")]
+    timings = [(r["step"], r["phase"], r["precision"], r["n_images"], r["flops"]) for r in trainer.store.read("timings")]
+    return metrics, candidates, timings
+
+
+@pytest.mark.parametrize("method", ["naive_fp4", "sol_rl"])
+def test_gap_is_logged_and_changes_no_training_number(tmp_path, method):
+    measured = run(tmp_path, method, "measured", every=1)
+    plain = run(tmp_path, method, "plain", every=0)
+    rows = gap_rows(measured)
+    assert {step for step, _ in rows} == {1, 2}
+    for step in (1, 2):
+        assert {m for s, m in rows if s == step} == set(explore_gap.METRICS)
+        assert rows[(step, "n_samples")] == 2.0  # K = 2 of N = 4 on one prompt (tiny_config)
+        assert 0 < rows[(step, "x0_rel_dist")] < 1  # NVFP4 moves a sample, less than another seed does
+        assert 0 < rows[(step, "x0_rms")]
+        assert 0.5 < rows[(step, "grad_cos")] < 1
+        assert 0 < rows[(step, "grad_norm_ratio")] and math.isfinite(rows[(step, "grad_rel_dist")])
+    assert gap_rows(plain) == {}
+    assert training_record(measured) == training_record(plain)
+    for role in ("policy", "old", "ema"):
+        for a, b in zip(measured.nets.trainable(role), plain.nets.trainable(role), strict=True):
+            assert torch.equal(a, b), role
+
+
+@pytest.mark.parametrize("method", ["naive_fp4", "sol_rl"])
+def test_full_precision_explore_copy_has_no_gap(tmp_path, method):
+    trainer = run(tmp_path, method, "identity", every=1, iterations=1, explore=identity_explore())
+    rows = gap_rows(trainer)
+    assert rows[(1, "x0_rel_dist")] == 0.0 and rows[(1, "x0_rms")] == 0.0
+    assert rows[(1, "grad_cos")] == pytest.approx(1.0, abs=1e-12)
+    assert rows[(1, "grad_norm_ratio")] == 1.0 and rows[(1, "grad_rel_dist")] == 0.0
+
+
+def test_schedule_and_distances_by_hand():
+    """due(): iteration 1, every E and the last; the distances on numbers worked by hand (a spread taken over the
+    wrong axis or a cosine of unnormalised vectors fails)."""
+    assert [s for s in range(1, 11) if explore_gap.due(s, 4, 10)] == [1, 4, 8, 10]
+    assert not any(explore_gap.due(s, 0, 10) for s in range(1, 11))
+    full = torch.tensor([[0.0, 0.0], [2.0, 2.0]])  # variance 1 on each coordinate: spread 1
+    low = full + torch.tensor([[0.5, 0.5], [0.0, 0.0]])  # RMS 0.5 and 0
+    assert explore_gap.sample_distance(low, full) == {"x0_rel_dist": 0.25, "x0_rms": 0.25}
+    d = explore_gap.gradient_distance(torch.tensor([3.0, 4.0]), torch.tensor([4.0, 3.0]))
+    assert d["grad_cos"] == pytest.approx(24 / 25) and d["grad_norm_ratio"] == 1.0
+    assert d["grad_rel_dist"] == pytest.approx(math.sqrt(2) / 5)
