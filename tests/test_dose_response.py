@@ -97,3 +97,27 @@ def test_schedule_and_distances_by_hand():
     d = explore_gap.gradient_distance(torch.tensor([3.0, 4.0]), torch.tensor([4.0, 3.0]))
     assert d["grad_cos"] == pytest.approx(24 / 25) and d["grad_norm_ratio"] == 1.0
     assert d["grad_rel_dist"] == pytest.approx(math.sqrt(2) / 5)
+
+
+def test_dose_spec_crosses_four_recipes_with_both_methods_and_three_seeds():
+    """experiments/tiny_dose.yaml: every recipe of the ladder has naive FP4 and Sol-RL on 3 seeds with the gap
+    measured, and the zero dose (naive BF16 scaling) its 3 seeds (a dropped recipe, a seed short or the measurement
+    left off fails)."""
+    from pathlib import Path
+
+    from solbench.quant import get_recipe
+    from solbench.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "experiments" / "tiny_dose.yaml")
+    arms: dict[tuple[str, str], set[int]] = {}
+    for run in spec.runs:
+        cfg = run.config
+        arms.setdefault((cfg.method, cfg.quant.recipe), set()).add(cfg.seed)
+        assert cfg.iterations == 16 and cfg.finetune.lr == 1e-3
+        if cfg.method != "naive_scaling":
+            assert cfg.eval.explore_gap_every == 4
+    ladder = ("nvfp4_tiny", "nvfp4_tiny_flux", "mxfp4_tiny_flux", "mxfp4_w4a4")
+    assert arms == {**{(m, r): {0, 1, 2} for m in ("naive_fp4", "sol_rl") for r in ladder},
+                    ("naive_scaling", "nvfp4_tiny_flux"): {0, 1, 2}}
+    mx = get_recipe("mxfp4_tiny_flux")
+    assert (mx.format, mx.weight_block, mx.skip) == ("mxfp4", (1, 32), get_recipe("nvfp4_tiny_flux").skip)

@@ -348,6 +348,12 @@ RECIPES["fp8_rowwise_flux"] = RECIPES["nvfp4_flux"].replace(
     description="FP8 E4M3 W8A8 with rowwise scales (per token, per output channel) and nvfp4_flux's layers")
 
 
+# MXFP4 at FLUX's coverage on the embedded tiny model (issue 48's dose-response: one format coarser than NVFP4 on the
+# same layers): nvfp4_tiny_flux's layers in OCP MXFP4 (blocks of 32, power-of-two E8M0 scales) instead of NVFP4.
+RECIPES["mxfp4_tiny_flux"] = RECIPES["nvfp4_tiny_flux"].replace(
+    name="mxfp4_tiny_flux", format="mxfp4", weight_block=None,
+    description="MXFP4 W4A4 on nvfp4_tiny_flux's layers (FLUX.1's rule scaled to the tiny model): every block Linear")
+
 def get_recipe(recipe: Union[str, QuantRecipe]) -> QuantRecipe:
     """The named recipe from `RECIPES` (a `QuantRecipe` is returned unchanged)."""
     if isinstance(recipe, QuantRecipe):
