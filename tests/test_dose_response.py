@@ -121,3 +121,52 @@ def test_dose_spec_crosses_four_recipes_with_both_methods_and_three_seeds():
                     ("naive_scaling", "nvfp4_tiny_flux"): {0, 1, 2}}
     mx = get_recipe("mxfp4_tiny_flux")
     assert (mx.format, mx.weight_block, mx.skip) == ("mxfp4", (1, 32), get_recipe("nvfp4_tiny_flux").skip)
+
+
+def test_report_section_renders_the_gap_and_the_dose_response(tmp_path):
+    """solbench/report/dose.py on synthetic results (tests/fixtures/synthetic_results.py build_dose, closed forms):
+    the gap against iteration per arm, each recipe's dose, naive FP4 minus Sol-RL per recipe with the verdict the
+    closed form implies, the zero dose beside it, and Findings rows naming the recipe (a dose read from the wrong
+    method or metric, a difference taken the wrong way round, recipes pooled into one arm, or a verdict that ignores
+    the interval fails)."""
+    from fixtures.synthetic_results import DOSE_GAP_STEPS, DOSE_RECIPES, SEEDS, build_dose, dose_final_gain
+    from solbench.report import ReportOptions, Tables, get_kind
+    from solbench.report.dose import dose_findings
+
+    tables = Tables.load(build_dose(tmp_path), ReportOptions(n_boot=200))
+    outputs = {getattr(o, "name", o.title): o for o in get_kind("dose_response")(tables)}
+    assert set(outputs) == {"explore_gap_tiny", "explore_gap_tiny_chart", "dose_response_tiny", "dose_response_tiny_chart"}
+    gap = outputs["explore_gap_tiny"].data
+    assert len(gap) == 2 * len(DOSE_RECIPES) * len(DOSE_GAP_STEPS) * 6  # methods x recipes x steps x metrics
+    first = gap[(gap["method"] == "naive_fp4") & (gap["recipe"] == "mxfp4_w4a4") & (gap["metric"] == "x0_rel_dist")
+               & (gap["step"] == 1)].iloc[0]
+    assert first["mean"] == pytest.approx(0.5 * (1 + 0.05 * sum(SEEDS) / len(SEEDS))) and first["n_seeds"] == 3
+    dose = outputs["dose_response_tiny"].data
+    train = dose[dose["metric"] == "shapes_geneval"].set_index("recipe")
+    assert list(train.index) == sorted(DOSE_RECIPES, key=DOSE_RECIPES.get)  # by growing dose
+    for recipe, d in DOSE_RECIPES.items():
+        row = train.loc[recipe]
+        assert row["dose"] == pytest.approx(d * 1.05)
+        expected = dose_final_gain("naive_fp4", d) - dose_final_gain("sol_rl", d)
+        assert row["effect"] == pytest.approx(expected, abs=0.003) and row["lo"] < row["effect"] < row["hi"]
+        assert row["vs_bf16"] == pytest.approx(dose_final_gain("naive_fp4", d) - dose_final_gain("naive_scaling", d),
+                                               abs=0.003)
+    assert list(train["verdict"]) == ["contradicted", "inconclusive", "reproduced", "reproduced"]
+    found = dose_findings(tables, "tiny")
+    assert len(found) == 2 * len(DOSE_RECIPES)  # every recipe on both eval rewards
+    for f in found:
+        recipe = next(r for r in DOSE_RECIPES if f.claim.endswith(f" {r}"))
+        assert getattr(f, "recipe", recipe).startswith(recipe)
+    chart = outputs["dose_response_tiny_chart"]
+    chart.figure.savefig(tmp_path / "dose.png")
+    outputs["explore_gap_tiny_chart"].figure.savefig(tmp_path / "gap.png")
+    assert (tmp_path / "dose.png").stat().st_size > 10_000
+
+
+def test_report_section_explains_results_without_gap_rows(tmp_path):
+    """Results of runs that never measured the gap get a note, not an empty or failing section."""
+    from fixtures.synthetic_results import build_main
+    from solbench.report import Note, ReportOptions, Tables, get_kind
+
+    outputs = get_kind("dose_response")(Tables.load(build_main(tmp_path, images=False), ReportOptions(n_boot=200)))
+    assert len(outputs) == 1 and isinstance(outputs[0], Note) and "explore_gap" in outputs[0].text

@@ -4,7 +4,8 @@
 ``reports/<experiment>/`` (index.md, index.html, one CSV per table, one PNG per figure). Report
 kinds are plugins: one function ``(Tables) -> Table | Figure | Note | list`` registered with
 ``@report_kind``. Built-in kinds, in report order: findings, main_results, timing, learning_curves,
-reward_hacking, convergence, ranking_fidelity, fidelity_by_iteration, ablations, sweep_heatmap, sweep_cells, cost_projection,
+reward_hacking, dose_response,
+convergence, ranking_fidelity, fidelity_by_iteration, ablations, sweep_heatmap, sweep_cells, cost_projection,
 sample_grids.
 See docs/reports.md.
 """
@@ -17,6 +18,7 @@ from solbench.report import findings as _findings  # noqa: E402,F401  isort: ski
 from solbench.report import main_results as _main_results  # noqa: E402,F401  isort: skip
 from solbench.report import timing as _timing  # noqa: E402,F401  isort: skip
 from solbench.report import hacking as _hacking  # noqa: E402,F401  isort: skip
+from solbench.report import dose as _dose  # noqa: E402,F401  isort: skip
 from solbench.report import curves as _curves  # noqa: E402,F401  isort: skip
 from solbench.report import fidelity as _fidelity  # noqa: E402,F401  isort: skip
 from solbench.report import fidelity_steps as _fidelity_steps  # noqa: E402,F401  isort: skip
