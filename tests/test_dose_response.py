@@ -170,3 +170,14 @@ def test_report_section_explains_results_without_gap_rows(tmp_path):
 
     outputs = get_kind("dose_response")(Tables.load(build_main(tmp_path, images=False), ReportOptions(n_boot=200)))
     assert len(outputs) == 1 and isinstance(outputs[0], Note) and "explore_gap" in outputs[0].text
+
+
+def test_the_gap_setting_keeps_run_ids_unless_set():
+    """eval.explore_gap_every 0 (the default) hashes as before the setting existed, so earlier results keep their ids;
+    any other value is a new run (a default that changed every id, or a setting left out of the hash, fails)."""
+    from solbench.config import RunConfig
+
+    cfg = RunConfig()
+    assert "explore_gap_every" not in cfg.canonical_json()
+    measured = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, explore_gap_every=4))
+    assert measured.run_id != cfg.run_id
