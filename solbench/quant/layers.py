@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from .common import BackendUnavailableError, te_rows_padded  # noqa: F401 (importable from here too)
 from .formats import NonFiniteError, fake_quantize
+from .cpu_bf16 import CpuBf16Linear, cpu_bf16_unavailable_reason
 from .native import NativeLinear, native_unavailable_reason
 from .recipes import QuantRecipe
 
@@ -209,6 +210,10 @@ def require_backend(recipe: QuantRecipe, device=None) -> None:
         reason = native_unavailable_reason(recipe, device)
         if reason is not None:
             raise BackendUnavailableError(f"recipe {recipe.name!r}, backend 'torch': {reason}")
+    elif recipe.backend == "cpu_bf16":
+        reason = cpu_bf16_unavailable_reason(recipe, device)
+        if reason is not None:
+            raise BackendUnavailableError(f"recipe {recipe.name!r}, backend 'cpu_bf16': {reason}")
 
 
 def _require_te(recipe: QuantRecipe):
@@ -342,8 +347,13 @@ def make_quantized_layer(
                              dtype=weight.dtype, device=weight.device)
         layer.load_weight(weight, bias)
         return layer
+    if recipe.backend == "cpu_bf16":
+        layer = CpuBf16Linear(linear.in_features, linear.out_features, bias is not None, recipe, name=name,
+                              dtype=weight.dtype, device=weight.device, shared_inputs=shared_inputs)
+        layer.load_weight(weight, bias)
+        return layer
     return QuantLinear.from_linear(linear, recipe, name=name, shared_inputs=shared_inputs, weight=weight, bias=bias)
 
 
 
-QUANTIZED_LAYER_TYPES: Tuple[type, ...] = (QuantLinear, TELinear, NativeLinear)
+QUANTIZED_LAYER_TYPES: Tuple[type, ...] = (QuantLinear, TELinear, NativeLinear, CpuBf16Linear)

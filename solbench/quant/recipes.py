@@ -29,7 +29,8 @@ class UnknownRecipeError(KeyError):
         return str(self.args[0])
 
 
-BACKENDS = ("emulated", "te", "torch")  # "torch": solbench.quant.native (scaled matmul, no TE)
+BACKENDS = ("emulated", "te", "torch", "cpu_bf16")  # "torch": solbench.quant.native (scaled matmul, no TE);
+# "cpu_bf16": solbench.quant.cpu_bf16 (the same values on the CPU's bf16 units)
 
 # Activation blocks are fixed by the format: TE quantizes activations in 1x16 blocks for NVFP4,
 # the MX spec uses 1x32, and FP8 current scaling uses one scale per tensor.
