@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 
@@ -20,20 +19,10 @@ import pytest
 import torch
 
 import _tiny_config as tiny_config
+from test_methods_solrl import identity_explore  # an explore copy that computes what its source computes
 from solbench import explore_gap
 from solbench.results import RunStore
 from solbench.trainer import Trainer
-
-
-def identity_explore():
-    """An explore copy that computes what its source computes (no quantization)."""
-    def factory(module):
-        return copy.deepcopy(module).requires_grad_(False)
-
-    def sync(explore, module):
-        explore.load_state_dict(module.state_dict())
-
-    return factory, sync
 
 
 def run(tmp_path, method: str, name: str, *, every: int, iterations: int = 2, explore=None) -> Trainer:
