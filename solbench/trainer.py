@@ -6,6 +6,8 @@ networks by role (PolicyNets), the engine and the method, then runs ``cfg.iterat
     prompts  <- drawn from the train set by (seed, step): identical for every method
     batch    <- method.collect(engine, prompts, it)              engine phases: explore/select/regenerate/rollout/reward
     a NaN/inf reward -> NonFiniteLossError (before anything trains on it)
+    explore gap (eval.explore_gap_every; runs with an explore copy): the trained seeds sampled at the other
+        precision, sample and loss-gradient distances (solbench.explore_gap); untimed, out of wall_s, training untouched
     for chunk in method.chunks(batch, it):                       phase "train"
         loss <- method.loss(engine, chunk); NaN/inf -> NonFiniteLossError
         backward(loss * chunk.weight / micro-batches per step)
