@@ -21,7 +21,7 @@ import pandas as pd
 
 from solbench.report.findings_common import axis_arms, main_arm
 from solbench.report.main_results import final_and_base, table_step
-from solbench.report.paired import paired_difference
+from solbench.report.paired import PROMPTS_ONLY_NOTE, fmt_paired, paired_difference
 from solbench.report.plotting import new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import fmt_ci, mean_ci
@@ -49,7 +49,7 @@ def _sort_values(values) -> list:
         return sorted(values, key=str)
 
 
-@report_kind("ablations", title="Ablations (Tables 2, 3, 4)", order=60)
+@report_kind("ablations", title="Ablations (Tables 2, 3; K and selection mode of the public code)", order=60)
 def ablations(tables: Tables):
     """Final reward against explore steps, N, K and selection mode (and any other varied method setting)."""
     rewards = tables.eval_rewards()
@@ -103,8 +103,7 @@ def _ablation_outputs(tables: Tables, model: str, method: str, runs: pd.DataFram
         if paired is not None:
             covers.add(paired.ci.covers)
         disp[f"Δ vs default {headline}"] = ("0 (default)" if arm == default_arm else "-" if paired is None else
-                                            f"{paired.ci.mean:+.4f} [{paired.ci.lo:+.4f}, {paired.ci.hi:+.4f}]"
-                                            if math.isfinite(paired.ci.lo) else f"{paired.ci.mean:+.4f} (no interval)")
+                                            fmt_paired(paired.ci.mean, paired.ci.lo, paired.ci.hi, paired.ci.covers))
         row["n_seeds"] = int(g["seed"].nunique())
         disp["seeds"] = str(row["n_seeds"])
         tidy.append(row)
@@ -126,7 +125,9 @@ def _ablation_outputs(tables: Tables, model: str, method: str, runs: pd.DataFram
         + (f" Δ vs default: paired difference in `{headline}` from the default arm ({default_arm}: most seeds, every "
            "method setting at its most common value) on the same eval prompts and eval seeds, runs paired by run "
            f"seed, at the last evaluation both reached, [{level:.0%} interval of the crossed design covering "
-           f"{'; '.join(sorted(covers)) or 'nothing'}]." if default_arm is not None else "")),
+           f"{'; '.join(sorted(covers)) or 'nothing'}]"
+           + (f" ({PROMPTS_ONLY_NOTE})" if any(c.startswith("eval prompts only") for c in covers) else "") + "."
+           if default_arm is not None else "")),
         display=pd.DataFrame(display))
     return [table, _ablation_figure(tables, model, method, name, runs, axes, headline, default_arm)]
 
@@ -166,14 +167,21 @@ def _ablation_figure(tables: Tables, model: str, method: str, name: str, runs: p
         err = np.vstack([(r["delta"] - r["lo"]).fillna(0).clip(lower=0), (r["hi"] - r["delta"]).fillna(0).clip(lower=0)])
         numeric = all(_is_num(v) for v in arms)
         ax.axhline(0.0, color="black", linewidth=0.8, linestyle=":")
-        ax.errorbar(x, r["delta"], yerr=err, marker="o", capsize=3, color="#d62728", linestyle="-" if numeric else "none")
+        ax.errorbar(x, r["delta"], yerr=err, marker="none", capsize=3, color="#d62728", linestyle="-" if numeric else "none")
+        prompts_only = r["covers"].astype(str).str.startswith("eval prompts only").to_numpy()
+        ax.plot(x[~prompts_only], r["delta"][~prompts_only], "o", color="#d62728")  # crossed interval: filled
+        ax.plot(x[prompts_only], r["delta"][prompts_only], "o", markerfacecolor="white", color="#d62728")
         for xi, (delta, is_default) in enumerate(zip(r["delta"], r["default"])):
+            # beside the point, right of its error bar, never on it
             ax.annotate("default" if is_default else f"{delta:+.3f}", (xi, delta), textcoords="offset points",
-                        xytext=(0, 6), ha="center", fontsize=7)
+                        xytext=(6, 0), ha="left", va="center", fontsize=7,
+                        bbox=dict(boxstyle="round,pad=0.1", facecolor="white", edgecolor="none", alpha=0.8))
         ax.set_xticks(x, list(r["value"]), fontsize=8)
-        ax.set_xlim(-0.5, max(len(r), 1) - 0.5)
+        ax.set_xlim(-0.5, max(len(r), 1) - 0.3)
         ax.set_xlabel(_axis_label(axis) + (f"\n({', '.join(held)})" if held else ""), fontsize=8)
-        ax.set_ylabel(f"Δ final {metric} vs default (paired)", fontsize=8)
+        at = sorted({int(v) for v in r["step"].dropna()})
+        ax.set_ylabel(f"Δ {metric} vs default, paired" + (f"\n(step {', '.join(map(str, at))})" if at else ""),
+                      fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         plotted.append(r)
@@ -181,9 +189,27 @@ def _ablation_figure(tables: Tables, model: str, method: str, name: str, runs: p
     return Figure(f"ablations_{model}_{method}_chart", f"Ablations of {name}, {model}: one setting at a time", fig, (
         f"Paired difference in `{metric}` of each setting from the default arm ({default_arm}) at the last evaluation "
         "both reached (equal iterations), the other method settings held at their most common value (named under each "
-        "axis), as in the paper's one-at-a-time Tables 2 and 3; bars: the interval of the table's Δ column (crossed "
-        "design: run seeds and eval prompts), so the chart and the verdicts rest on the same comparison."),
+        "axis), as in the paper's one-at-a-time Tables 2 and 3; bars: the interval of the table's Δ column, so the "
+        "chart and the verdicts rest on the same comparison. " + _covers_caption(pd.concat(plotted, ignore_index=True))),
         data=pd.concat(plotted, ignore_index=True))
+
+
+def _covers_caption(data: pd.DataFrame) -> str:
+    """What each of the chart's intervals covers, arm by arm where they differ: the caption never says "crossed
+    design" for an interval over the eval prompts only (fewer than three run seeds; issue 48)."""
+    covers = data.dropna(subset=["lo"]).drop_duplicates("arm")
+    covers = covers[covers["covers"].astype(str) != ""]
+    kinds = {}
+    for arm, text in zip(covers["arm"], covers["covers"].astype(str)):
+        kinds.setdefault(text, []).append(arm)
+    if not kinds:
+        return ""
+    if len(kinds) == 1:
+        text = next(iter(kinds))
+        return f"Every interval covers {text}" + (" (hollow points)." if text.startswith("eval prompts only") else ".")
+    return "Intervals: " + "; ".join(
+        f"{text}{' (hollow points)' if text.startswith('eval prompts only') else ''}: {', '.join(arms)}"
+        for text, arms in kinds.items()) + "."
 
 
 def _find(columns, names) -> str | None:

@@ -253,7 +253,17 @@ MAX_RATIO = 100.0
 
 
 def fmt_ratio_bound(x: float) -> str:
+    """A speedup bound: '∞' where it is infinite (one spelling in every table: issue 48), '>100' where it is finite
+    but carries no digits worth printing."""
+    if x == math.inf:
+        return "∞"
     return f"{x:.2f}" if x <= MAX_RATIO else f">{MAX_RATIO:g}"
+
+
+def uninformative(lo: float, hi: float) -> bool:
+    """A speedup interval from 0 (resamples that never reach the target) to unbounded (resamples that reach it at
+    the start): every speedup is inside it, it carries no information."""
+    return lo == 0 and (hi == math.inf or hi > MAX_RATIO)
 
 
 def fmt_speedup_cell(r: dict | pd.Series, unit: str = "s", scale: float = 1.0) -> str:
@@ -267,8 +277,23 @@ def fmt_speedup_cell(r: dict | pd.Series, unit: str = "s", scale: float = 1.0) -
         return f"met at its first evaluation (its score there {fmt_num(r['start'])}): no speedup to measure"
     time = f"{r['time_to_target_s'] / scale:.4g} {unit}"
     if not (math.isnan(r["speedup_lo"]) or math.isnan(r["speedup_hi"])):
-        return f"{r['speedup']:.2f}x [{fmt_ratio_bound(r['speedup_lo'])}, {fmt_ratio_bound(r['speedup_hi'])}] ({time})"
+        if uninformative(r["speedup_lo"], r["speedup_hi"]):
+            return (f"{r['speedup']:.2f}x, no informative interval (resamples range from never reaching the target to "
+                    f"reaching it at once), inconclusive ({time})")
+        hi = r["speedup_hi"]
+        close = ")" if hi == math.inf else "]"
+        return f"{r['speedup']:.2f}x [{fmt_ratio_bound(r['speedup_lo'])}, {fmt_ratio_bound(hi)}{close} ({time})"
     return f"{r['speedup']:.2f}x, single-curve crossing: no interval, inconclusive ({time})"
+
+
+def _target_text(tidy: pd.DataFrame, metric: str, target: float, ref_arm: str) -> str:
+    """'shapes_geneval 0.3824', or, where the reference's final score is met at its own first evaluation (it did not
+    improve on the base model), that there is no target on this reward."""
+    ref = tidy[(tidy["metric"] == metric) & (tidy["arm"] == ref_arm)]
+    if len(ref) and ref["reference_time_s"].iloc[0] == 0:
+        return (f"{metric}: no target ({ref_arm}'s final score {fmt_num(target)} is at or below its base score: it "
+                "did not improve, so there is nothing to converge to)")
+    return f"{metric} {fmt_num(target)}"
 
 
 @report_kind("convergence", title="Convergence speedup", order=40)
@@ -315,7 +340,7 @@ def convergence(tables: Tables):
                     row[metric] = "-" if r.empty else ("1 (reference)" if arm == ref_arm else fmt_speedup_cell(r.iloc[0], unit, scale))
                 row["seeds"] = str(int(tidy.loc[tidy["arm"] == arm, "n_seeds"].iloc[0]))
                 display.append(row)
-            targets = ", ".join(f"{m_} {fmt_num(plot_data[m_][0])}" for m_ in plot_data)
+            targets = ", ".join(_target_text(tidy, m_, plot_data[m_][0], ref_arm) for m_ in plot_data)
             projected = xcol == "projected_s"
             clock_text = (describe(tables) if projected else
                           "Clock: measured cumulative training seconds (evaluation excluded) of these runs.")

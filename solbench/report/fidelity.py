@@ -203,6 +203,8 @@ def _fidelity_setup(runs: pd.DataFrame) -> Table | None:
         data["checkpoint"] = data["checkpoint"].fillna("base model")
     else:
         data["checkpoint"] = "base model"
+    if {"explore recipe", "backend"} <= set(data.columns):  # a full-precision control has no low-precision backend
+        data["backend"] = data["backend"].where(data["explore recipe"].astype(str) != "none", "- (full precision)")
     display = data.copy()
     for col in display.columns:
         display[col] = display[col].map(lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v))
@@ -266,22 +268,38 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...], recipes: dict[st
     series = [(kind, arm) for kind in sorted(groups["kind"].unique()) for arm in sorted(set(groups["arm"]))
               if ((groups["kind"] == kind) & (groups["arm"] == arm)).any()]
     colours = _series_colours(series, _FALLBACK)
-    dashes = {key: ("-", "--", ":", "-.")[i % 4] for i, key in enumerate(series)}  # a second cue beside colour
+    plain = reward_text.replace("`", "")  # a PNG shows Markdown backticks as they are (issue 48)
     hit_cols = [f"hit@{k}" for k in ks if f"hit@{k}" in groups and groups[f"hit@{k}"].notna().any()]
-    fig = new_figure(12.0 if hit_cols else 8.0, 3.6 + 0.32 * len(series))
+    fig = new_figure(12.0 if hit_cols else 8.5, 2.4 + 0.42 * len(series))
     axes = fig.subplots(1, 3 if hit_cols else 2)
-    bins = np.linspace(-1, 1, 21)
+    # one box per arm and kind (issue 48: eleven overlaid histogram outlines on a -1..1 axis could not be told
+    # apart), on an axis fitted to the data; colours link each box to its hit-rate bars and its legend entry
+    from matplotlib.patches import Patch
+
+    low = 1.0
     for ax, col, label in ((axes[0], "kendall_tau", "Kendall τ per prompt group"),
                            (axes[1], "spearman_rho", "Spearman ρ per prompt group")):
-        for key in series:
-            v = groups.loc[(groups["kind"] == key[0]) & (groups["arm"] == key[1]), col].dropna()
-            if len(v):
-                ax.hist(v, bins=bins, histtype="step", linewidth=1.4, color=colours[key], linestyle=dashes[key],
-                        label=_legend(key, recipes, v) if col == "spearman_rho" else None)
-        ax.set_xlabel(f"{label} ({reward_text.split(' (')[0]})", fontsize=8)
-        ax.set_ylabel("prompt groups", fontsize=8)
-        ax.tick_params(labelsize=7)
-    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside lower center", fontsize=6, ncols=1)
+        values = [groups.loc[(groups["kind"] == key[0]) & (groups["arm"] == key[1]), col].dropna() for key in series]
+        kept = [(i, v) for i, v in enumerate(values) if len(v)]
+        if kept:
+            box = ax.boxplot([v.to_numpy() for _, v in kept], positions=[len(series) - i for i, _ in kept],
+                             orientation="horizontal", widths=0.6, patch_artist=True, showfliers=True,
+                             flierprops=dict(markersize=2.5), medianprops=dict(color="black", linewidth=1.2))
+            for patch, (i, _) in zip(box["boxes"], kept):
+                patch.set_facecolor(colours[series[i]])
+                patch.set_alpha(0.8)
+            low = min(low, min(float(v.min()) for _, v in kept))
+        ax.set_yticks([len(series) - i for i in range(len(series))], [str(i + 1) for i in range(len(series))])
+        ax.set_xlabel(f"{label} ({plain.split(' (')[0]})", fontsize=9)
+        ax.set_ylabel("arm (legend number)", fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    for ax in axes[:2]:
+        ax.set_xlim(max(-1.0, low - 0.05), 1.0)
+    handles = [Patch(facecolor=colours[key], alpha=0.8, label=f"{i + 1}. " + _legend(
+        key, recipes, groups.loc[(groups["kind"] == key[0]) & (groups["arm"] == key[1]), "spearman_rho"].dropna()))
+        for i, key in enumerate(series)]
+    fig.legend(handles=handles, loc="outside lower center", fontsize=8, ncols=1, frameon=False)
     if hit_cols:
         ax = axes[2]
         width = 0.8 / max(len(series), 1)
@@ -297,11 +315,12 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...], recipes: dict[st
         ax.set_ylim(0, 1.05)
         ax.set_ylabel(f"mean hit rate (dotted: chance K/N, N={n:g})", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.suptitle(f"Ranking fidelity, {reward_text}: proxy (explore precision) vs full-precision rewards of the same "
+    fig.suptitle(f"Ranking fidelity, {plain}: proxy (explore precision) vs full-precision rewards of the same "
                  "seeds", fontsize=10)
     return Figure("ranking_fidelity_chart", "Ranking fidelity distributions", fig, (
         f"Distributions over prompt groups of the rank correlations between proxy and full-precision {reward_text}, "
-        "one outline per arm (checkpoint, explore recipe) and kind, never pooled across them, the legend naming "
+        "one box per arm (checkpoint, explore recipe) and kind (median, quartiles, 1.5 IQR whiskers), never pooled "
+        "across them, numbered as in the legend, which names "
         "each arm's explore format, recipe and backend; and the mean top-K hit rates beside their chance level K/N "
         "(a random ranking's). Every reward: the tables above and the CSV. 'selected only' groups (training data) "
         "are within the K selected seeds and biased upward; 'all seeds' groups are the unbiased measurement."),
@@ -386,7 +405,8 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
                    "label": recipe_label(recipe), "prompt_groups": len(r), "mac_share": mac_share}
             disp = {"model": ctx["model"], "checkpoint": r["checkpoint_label"].iloc[0],
                     "reward": ctx.get("reward_name", "-"), "explore steps": ctx["explore_steps"],
-                    "explore": recipe_label(recipe), "backend": backend_label(ctx.get("backend")),
+                    "explore": recipe_label(recipe),
+                    "backend": "- (full precision)" if recipe == "none" else backend_label(ctx.get("backend")),
                     "low-precision share of linear MACs": mac_cell,
                     "prompts": str(len(r))}
             for col, name in (("spearman_rho", "Spearman ρ"), ("kendall_tau", "Kendall τ")):

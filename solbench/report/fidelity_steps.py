@@ -26,7 +26,7 @@ import pandas as pd
 
 from solbench.report.plotting import new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
-from solbench.report.stats import paired_ci
+from solbench.report.stats import paired_ci, variance_components
 from solbench.report.tables import Tables, _fmt_setting, _hashable
 
 BASE = "base"
@@ -58,6 +58,19 @@ def checkpoint_info(tables: Tables, fidelity_runs: pd.DataFrame) -> pd.DataFrame
                          **info))
     return pd.DataFrame(rows, columns=["run_id", "model", "recipe", "backend", "checkpoint", "step", "source", "seed",
                                        "final"])
+
+
+def checkpoint_claims(info: pd.DataFrame, primary: str | None) -> list[tuple[str, str, pd.Series]]:
+    """[(checkpoint, recipe, run ids)] of the fidelity runs ``info``: per recipe (two recipes are never pooled), the
+    final policies of the training runs (pooled over their run seeds) and the base model; the final policy first,
+    then the primary recipe's. Checkpoints kept before a run's end are the fidelity-against-iteration section's."""
+    claims = []
+    for recipe, runs in info.groupby("recipe", sort=True):
+        for checkpoint, ids in (("final policy", runs.loc[runs["final"], "run_id"]),
+                                ("base model", runs.loc[runs["checkpoint"] == BASE, "run_id"])):
+            if len(ids):
+                claims.append(((checkpoint != "final policy", recipe != primary, recipe), checkpoint, recipe, ids))
+    return [(checkpoint, recipe, ids) for _, checkpoint, recipe, ids in sorted(claims, key=lambda c: c[0])]
 
 
 def rho_matrix(groups: pd.DataFrame, info: pd.DataFrame, run_ids) -> pd.DataFrame:
@@ -93,6 +106,7 @@ def fidelity_levels(groups: pd.DataFrame, info: pd.DataFrame, run_ids, level: fl
         return None
     mean, lo, hi, covers = _interval(m.to_numpy(float), level)
     return dict(mean=mean, lo=lo, hi=hi, covers=covers, n_seeds=m.shape[0], n_prompts=m.shape[1],
+                components=variance_components(m.to_numpy(float)),
                 constant=int(groups[groups["run_id"].isin(list(run_ids))]["spearman_rho"].isna().sum()))
 
 
@@ -194,17 +208,23 @@ def _trajectory_figure(data: pd.DataFrame) -> Figure:
     fig = new_figure(4.2 * len(rewards) + 1.5, 3.3)
     axes = fig.subplots(1, len(rewards), squeeze=False)[0]
     markers = ["o", "s", "^", "D", "v"]
+    steps = sorted(data["step"].dropna().unique())
+    gap = float(np.min(np.diff(steps))) if len(steps) > 1 else 1.0
     for ax, reward in zip(axes, rewards):
         d = data[data["reward"] == reward]
-        for i, (recipe, r) in enumerate(d.groupby("recipe", sort=False)):
+        groups = list(d.groupby("recipe", sort=False))
+        for i, (recipe, r) in enumerate(groups):
             r = r.sort_values("step")
             err = np.vstack([(r["rho_mean"] - r["rho_lo"]).fillna(0).clip(lower=0),
                              (r["rho_hi"] - r["rho_mean"]).fillna(0).clip(lower=0)])
-            ax.errorbar(r["step"], r["rho_mean"], yerr=err, marker=markers[i % len(markers)], capsize=3,
+            # recipes side by side at each step (a dodge of a fraction of the step gap): error bars never overlap
+            shift = (i - (len(groups) - 1) / 2) * 0.12 * gap
+            ax.errorbar(r["step"] + shift, r["rho_mean"], yerr=err, marker=markers[i % len(markers)], capsize=3,
                         label=recipe_label(recipe))
         ax.axhline(0.927, color="black", linestyle=":", linewidth=0.8, label="paper Table 8 (0.927)")
+        ax.set_xticks(steps, [str(int(v)) for v in steps])
         ax.set_xlabel("training iteration of the checkpoint (0: base model)", fontsize=8)
-        ax.set_ylabel(f"Spearman ρ, reward `{reward}`", fontsize=8)
+        ax.set_ylabel(f"Spearman ρ, reward {reward}", fontsize=8)  # plain text: no Markdown backticks in a PNG
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
@@ -212,5 +232,6 @@ def _trajectory_figure(data: pd.DataFrame) -> Figure:
     fig.suptitle("Ranking fidelity of the explore copy against training iteration", fontsize=10)
     return Figure("fidelity_by_iteration_chart", "Ranking fidelity against training iteration", fig, (
         "Mean per-prompt Spearman ρ (explore copy vs full precision, same seeds) of each checkpoint, one line per "
-        "explore recipe (legend: format and recipe), one panel per reward; bars: the intervals of the table above."),
+        "explore recipe (legend: format and recipe; recipes set side by side at each step), one panel per reward; "
+        "bars: the intervals of the table above."),
         data=data)

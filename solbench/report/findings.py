@@ -30,8 +30,10 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 
-from solbench.report.findings_common import (HELD_OUT, REWARDS_DISAGREE, TRAINING, Finding,  # noqa: F401
-                                             axis_arms, fmt_value, main_arm, reward_roles, training_rewards)
+from solbench.report.findings_common import (HELD_OUT, NOT_JUDGED, PAPER_REWARD, REWARDS_DISAGREE,  # noqa: F401
+                                             TRAINING, Finding, axis_arms, fmt_value, main_arm, reward_roles,
+                                             training_rewards)
+from solbench.report.findings_power import add_power, power_cell
 from solbench.report.registry import Note, Table, report_kind
 from solbench.report.stats import CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, PROJECTION, REPRODUCED, fmt_num
 from solbench.report.tables import Tables
@@ -63,10 +65,18 @@ def _verdict_text(f: Finding) -> str:
 
 # ---- the overall verdict of a claim judged on several rewards -------------------------------------
 
+def lead(rows: list[Finding]) -> Finding:
+    """The row a claim is judged and shown on: the counterpart of the paper's own reward where the claim has one
+    (Table 4: shapes_clip for the CLIP score), else the training reward, else the first row."""
+    return ([f for f in rows if f.role == PAPER_REWARD] or [f for f in rows if f.role == TRAINING] or rows)[0]
+
+
 def overall(rows: list[Finding]) -> str:
-    """The rule of the module docstring for one claim's rows (one per reward)."""
-    train = [f for f in rows if f.role == TRAINING] or rows[:1]
-    held = [f for f in rows if f.role == HELD_OUT]
+    """The rule of the module docstring for one claim's rows (one per reward). A binary reward's Table 8 row
+    (``NOT_JUDGED``) takes no part: a rank statistic of a pass/fail reward against a threshold set for graded ones."""
+    first_row = lead(rows)
+    train = [first_row]
+    held = [f for f in rows if f is not first_row and f.verdict != NOT_JUDGED]
     first = train[0].verdict
     if first not in (REPRODUCED, CONTRADICTED, INCONCLUSIVE):
         return first
@@ -79,11 +89,14 @@ def overall(rows: list[Finding]) -> str:
 #: The primary claims, one per paper table, named here before any data is read (issue 42): each is judged on
 #: the training reward at the 95 % level. Every other row (the held-out rewards, the other comparisons, other
 #: recipes and checkpoints) is exploratory: no correction for multiple comparisons is applied to them.
+#: Issue 48: Table 1's primary is at equal PROJECTED GPU time (the paper compares at equal GPU-hours; equal iterations
+#: is exploratory), Table 4's is the paper's own (explore-copy images against full precision, final policy), and the
+#: K / selection-mode ablation of the public code is exploratory.
 PRIMARY: tuple[tuple[str, str], ...] = (
-    ("Table 1", "Sol-RL beats DiffusionNFT at equal iterations"),
+    ("Table 1", "Sol-RL beats DiffusionNFT at equal PROJECTED GPU time"),
     ("Table 2", "More explore steps (up to 6) give a better policy"),
     ("Table 3", "Reward grows with the candidate pool N at fixed K"),
-    ("Table 4 (K, selection mode)", "Contrastive selection (best_worst) beats random selection"),
+    ("Table 4", "Images of the FP4 explore copy score as well as full precision (non-inferior), final policy"),
     ("Table 5", "Sol-RL E2E speedup over naive BF16 scaling (measured)"),
     ("Table 6", "Sol-RL matches naive BF16 scaling (non-inferior)"),
     ("Table 8", "FP4 explore ranks seeds almost as BF16 does (all-seeds Spearman ρ, final policy)"),
@@ -93,9 +106,15 @@ _PRIMARY_CLAIMS = {claim for _, claim in PRIMARY}
 
 
 def mark_primary(rows: list[Finding]) -> list[Finding]:
-    """Flag each primary claim's training-reward row (its only row where the claim has no reward)."""
+    """Flag each primary claim's lead row (``lead``: the paper's reward's counterpart, else the training reward;
+    its only row where the claim has no reward)."""
+    groups: dict[str, list[Finding]] = {}
     for f in rows:
-        f.primary = f.claim in _PRIMARY_CLAIMS and f.role in (TRAINING, "")
+        groups.setdefault(f.group(), []).append(f)
+    for g in groups.values():
+        first = lead(g)
+        for f in g:
+            f.primary = f is first and f.claim in _PRIMARY_CLAIMS
     return rows
 
 
@@ -114,6 +133,7 @@ def collect_findings(tables: Tables) -> list[Finding]:
     """Every claim for every model of the results."""
     from solbench.report.findings_quality import quality_findings
     from solbench.report.findings_speed import convergence_findings, fidelity_findings, speed_findings
+    from solbench.report.findings_table4 import table4_findings
 
     findings: list[Finding] = []
     metric = tables.headline_metric()
@@ -124,17 +144,52 @@ def collect_findings(tables: Tables) -> list[Finding]:
         elif not runs.empty or metric is None:
             findings.append(Finding("Quality claims (Tables 1, 2, 3, 6)", "Tables 1-3, 6", "-", model=model,
                                     detail="No evaluation rows."))
+        findings += table4_findings(tables, model)
         findings += fidelity_findings(tables, model)
         if not runs.empty:
             findings += speed_findings(tables, model, runs)
             if metric is not None:
                 findings += convergence_findings(tables, model, runs, metric)
+    findings = mark_binary(tables, findings)
+    for f in findings:
+        add_power(f)
     return mark_primary(findings)
 
 
+def _binary_rewards(tables: Tables) -> set[str]:
+    """Rewards whose every fidelity candidate score, at both precisions, is 0 or 1 (pass/fail rewards such as
+    shapes_geneval_strict)."""
+    cand = tables.candidates
+    if cand.empty or "reward_name" not in cand:
+        return set()
+    cand = cand[cand["run_id"].isin(tables.fidelity_runs["run_id"])]
+    values = pd.to_numeric(cand["reward"], errors="coerce")
+    binary = values.isin([0.0, 1.0]).groupby(cand["reward_name"]).all()
+    return {str(r) for r, b in binary.items() if b}
+
+
+def mark_binary(tables: Tables, rows: list[Finding]) -> list[Finding]:
+    """Table 8 rows of a binary reward: with two outcomes at each precision, Spearman ρ, Kendall τ-b and the φ
+    coefficient of the pass/fail table are one number, reported once as φ, and it is not judged against the ρ
+    threshold set for graded rewards (``NOT_JUDGED``: it cannot turn the claim's overall verdict)."""
+    binary = _binary_rewards(tables)
+    for f in rows:
+        if f.paper_table == "Table 8" and f.metric in binary and f.unit == "rho":
+            f.verdict = NOT_JUDGED
+            f.detail = (f"`{f.metric}` is binary (pass/fail at both precisions): Spearman ρ = Kendall τ-b = the φ "
+                        "coefficient of the 2 x 2 pass/fail table, reported once (as φ); it is not judged against a "
+                        "threshold set for graded rewards and takes no part in the overall verdict. " + f.detail)
+    return rows
+
+
 def _held_out_cell(rows: list[Finding]) -> str:
-    held = [f for f in rows if f.role == HELD_OUT]
-    return "; ".join(f"`{f.metric}` {fmt_value(f.effect, f.unit)} {_interval(f)} **{f.verdict}**" for f in held) or "-"
+    first = lead(rows)
+    held = [f for f in rows if f is not first]
+
+    def one(f: Finding) -> str:
+        stat = "φ " if f.verdict == NOT_JUDGED else ""
+        return f"`{f.metric}` {stat}{fmt_value(f.effect, f.unit)} {_interval(f)} {_verdict_text(f)}"
+    return "; ".join(one(f) for f in held) or "-"
 
 
 @report_kind("findings", title="Findings", order=1)
@@ -148,23 +203,26 @@ def findings(tables: Tables):
     for f in rows:
         groups.setdefault(f.group(), []).append(f)
     overall_of = {key: overall(g) for key, g in groups.items()}
-    data = pd.DataFrame([dict(asdict(f), overall=overall_of[f.group()]) for f in rows])
+    data = pd.DataFrame([{k: v for k, v in dict(asdict(f), overall=overall_of[f.group()]).items()
+                          if k not in ("components", "base_mean")} for f in rows])
     display = []
     for key, g in groups.items():
-        f = ([x for x in g if x.role == TRAINING] or g)[0]
+        f = lead(g)
         display.append({
             "primary": "**primary**" if f.primary else "exploratory", "claim": f.claim, "paper": f"{f.paper_table}: {f.paper}", "model": f.model,
             "reward": f"`{f.metric}` ({f.role})" if f.role else (f"`{f.metric}`" if f.metric else "-"),
             "measured": fmt_value(f.effect, f.unit), f"{o.ci_level:.0%} interval": _interval(f),
             "interval covers": f.covers or "-", "rule": _rule(f), "verdict": _verdict_text(f),
-            "held-out rewards": _held_out_cell(g), "overall": f"**{overall_of[key]}**", "details": f.detail.strip()})
-    lead = {key: ([x for x in g if x.role == TRAINING] or g)[0] for key, g in groups.items()}
+            "power (mde, seeds needed)": power_cell(f) if f.primary else "-",
+            "other rewards": _held_out_cell(g), "overall": f"**{overall_of[key]}**", "recipe": f.recipe or "-",
+            "details": f.detail.strip()})
+    lead_of = {key: lead(g) for key, g in groups.items()}
     counts = pd.Series(list(overall_of.values())).value_counts()
-    prompts_only = sum(1 for key, v in overall_of.items() if v in (REPRODUCED, CONTRADICTED) and lead[key].prompts_only)
+    prompts_only = sum(1 for key, v in overall_of.items() if v in (REPRODUCED, CONTRADICTED) and lead_of[key].prompts_only)
     summary = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in (REPRODUCED, CONTRADICTED, REWARDS_DISAGREE, INCONCLUSIVE,
                                                                 NOT_MEASURED) if counts.get(v, 0) or v != REWARDS_DISAGREE)
     order = {claim: i for i, (_, claim) in enumerate(PRIMARY)}
-    primary = sorted((lead[key] for key in groups if lead[key].primary), key=lambda f: order[f.claim])
+    primary = sorted((lead_of[key] for key in groups if lead_of[key].primary), key=lambda f: order[f.claim])
     table_of = {claim: table for table, claim in PRIMARY}
     primary_text = ("; primary claims: " + ", ".join(f"{table_of[f.claim]} **{overall_of[f.group()]}**" for f in primary)
                     if primary else "; none of the primary claims is in these results")
@@ -177,6 +235,11 @@ def findings(tables: Tables):
     power = (f" With these runs, paired quality differences smaller than about ±{fmt_num(float(np.median(widths)))} "
              f"(the median half-width of their intervals on the training reward) cannot be told from zero; claims "
              "of a smaller effect stay inconclusive." if widths else "")
+    power += (" Each primary row's power cell gives its own mde (the smallest distance from the threshold these runs "
+              "detect with 80 % power at the 5 % level, from their variance components over run seeds and eval "
+              "prompts) and the run seeds (or eval prompts, where the prompts dominate the variance) that would detect "
+              "the paper's effect (or the observed one where the paper has no figure); findings.csv: mde, seeds_needed, "
+              "prompts_needed (docs/reports.md, Power).")
     outputs = [primary_note(o.ci_level), Table("findings", "Findings: the paper's claims against these results", data, (
         f"{summary}. Verdict rule (docs/reports.md, Findings): reproduced when the whole {o.ci_level:.0%} interval lies "
         "on the claim's side of the threshold, contradicted when it lies wholly on the other side, inconclusive when it "

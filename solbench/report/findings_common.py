@@ -15,6 +15,11 @@ from solbench.report.tables import HORIZON, Tables, _hashable, _sort_key, same_m
 
 REWARDS_DISAGREE = "rewards disagree"
 TRAINING, HELD_OUT = "training", "held-out"
+#: the eval reward that stands for the paper's own reward of a claim (Table 4: shapes_clip for the CLIP score); where
+#: a claim has one, it leads the claim instead of the training reward
+PAPER_REWARD = "the paper's reward's counterpart"
+#: a binary reward's Table 8 row: described, not judged against a threshold set for graded rewards
+NOT_JUDGED = "not judged (binary reward)"
 
 
 @dataclass
@@ -39,6 +44,13 @@ class Finding:
     per_seed: str = ""  # each run seed's paired difference (CSV)
     interval_note: str = ""  # why a bound is missing or infinite, shown beside the interval
     primary: bool = False  # one of the claims named before the data (findings.PRIMARY)
+    recipe: str = ""  # the explore recipe of the arms the row compares, "method: recipe; ..." (runs' resolved config)
+    mde: float = math.nan  # smallest distance from the threshold detected with 80 % power at 5 % (docs/reports.md, Power)
+    seeds_needed: float = math.nan  # run seeds (at the current prompts) to detect the target distance
+    prompts_needed: float = math.nan  # eval prompts (at the current seeds), where prompts dominate the variance
+    power_note: str = ""  # the target distance and where it came from
+    components: object = None  # stats.Components of the paired design (not written to findings.csv)
+    base_mean: float = math.nan  # the baseline arm's mean score (scales a paper effect given as a relative change)
 
     def decide(self) -> "Finding":
         self.verdict = verdict(self.lo, self.hi, self.threshold, self.direction)
@@ -127,3 +139,34 @@ def reward_roles(tables: Tables, runs: pd.DataFrame) -> list[tuple[str, str]]:
     rewards = tables.eval_rewards()
     trained = training_rewards(tables, runs) & set(rewards) or set(rewards[:1])
     return [(r, TRAINING) for r in rewards if r in trained] + [(r, HELD_OUT) for r in rewards if r not in trained]
+
+
+#: Methods that sample with an explore copy (their runs' ``p_quant.recipe`` is the copy they explored with).
+EXPLORING_METHODS = ("sol_rl", "naive_fp4")
+
+
+def arms_recipe(tables: Tables, model: str, arms) -> str:
+    """The explore recipe of the arms a row compares, from their runs' resolved config (``p_quant.recipe``):
+    "nvfp4_tiny_flux (Sol-RL, naive FP4)" when they share one, "Sol-RL: a; naive FP4: b" otherwise; arms that
+    sample in full precision only (DiffusionNFT, naive BF16 scaling, ...) have none and are not named."""
+    from solbench.report.explore import explore_runs
+
+    runs = tables.done_runs
+    runs = runs[runs["model"] == model] if "model" in runs else runs
+    explored = set(explore_runs(tables)["run_id"])
+    named: dict[str, str] = {}
+    for arm in dict.fromkeys(a for a in arms if a):
+        mine = runs[runs["arm"] == arm]
+        if mine.empty or "p_quant.recipe" not in mine:
+            continue
+        if not (mine["run_id"].isin(explored).any() or any(same_method(m, x) for m in mine["method"].unique()
+                                                          for x in EXPLORING_METHODS)):
+            continue
+        recipes = sorted({str(v) for v in mine["p_quant.recipe"].dropna()})
+        if recipes:
+            named[arm] = ", ".join(recipes)
+    if not named:
+        return "none (full precision only)" if arms else ""
+    if len(set(named.values())) == 1:
+        return f"{next(iter(named.values()))} ({', '.join(named)})"
+    return "; ".join(f"{arm}: {recipe}" for arm, recipe in named.items())

@@ -14,8 +14,10 @@ crossed-design interval (solbench/report/paired.py). Claims and effects (docs/re
 6. Naive FP4's decline is its own: [naive FP4 final - its peak step] - [control final - control at that step]
    for every control arm run to the same horizon (Sol-RL, a BF16 method): a decline the controls share over
    the same iterations is over-optimisation, not FP4.
-7. Table 3, N at fixed K; Table 2, explore steps (up to 6); Table 4 (as issue 42 names the K and selection
-   ablation), best_worst selection against random at the same N and K.
+7. Table 3, N at fixed K; Table 2, explore steps (up to 6); the public code's stage1_select_mode ablation (not a
+   paper table: issue 48), best_worst selection against random at the same N and K.
+8. Naive FP4 at equal iterations is left out where it is the same comparison as at naive FP4's end (a Sol-RL arm
+   run as long: one comparison, counted once).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from solbench.report.findings_common import Finding, axis_arms, main_arm, reward_roles
+from solbench.report.findings_common import Finding, arms_recipe, axis_arms, main_arm, reward_roles
 from solbench.report.paired import (Paired, _eval_steps, paired_at_steps, paired_difference, paired_steps,
                                     prompt_differences, sample_rows, seed_runs)
 from solbench.report.stats import fmt_num, paired_ci
@@ -35,13 +37,20 @@ TABLE1 = "+0.093 ImageReward (+5.6 %), +0.0075 HPSv2 on FLUX.1"
 NAIVE_FP4 = "naive FP4 peaks near HPSv2 0.36, below Sol-RL's 0.3688"
 
 
-def paired_finding(f: Finding, p: Paired | None, why_missing: str, *, relative: bool = False) -> Finding:
-    """Fill ``f`` from a paired difference (or say why there is none) and decide it."""
+def paired_finding(f: Finding, p: Paired | None, why_missing: str, *, relative: bool = False, tables: Tables | None = None,
+                   arms: tuple = ()) -> Finding:
+    """Fill ``f`` from a paired difference (or say why there is none) and decide it; ``arms`` (with ``tables``) name
+    the explore recipe of the arms compared (``Finding.recipe``)."""
+    if tables is not None and arms:
+        f.recipe = arms_recipe(tables, f.model, arms)
     if p is None:
         f.detail = why_missing
         return f
     scale = abs(p.base_mean) if relative and p.base_mean else 1.0
     f.effect, f.lo, f.hi = p.ci.mean / scale, p.ci.lo / scale, p.ci.hi / scale
+    f.base_mean = p.base_mean
+    if p.ci.components is not None and p.ci.n_prompts:
+        f.components = p.ci.components.scaled(scale)
     f.covers = p.ci.covers
     f.prompts_only = not p.ci.seed_variance_estimated
     f.per_seed = json.dumps({str(s): round(v / scale, 6) for s, v in zip(p.seeds, p.ci.per_seed)})
@@ -73,7 +82,7 @@ def _pair_claim(tables: Tables, runs: pd.DataFrame, model: str, make, arm: str |
         if arm and base:
             f.detail = describe(metric) if describe else f"Δ = {arm} - {base}, `{metric}`."
         return paired_finding(f, paired_difference(tables, model, metric, arm, base) if arm and base else None, missing,
-                              relative=relative)
+                              relative=relative, tables=tables, arms=(arm, base))
 
     return _each_reward(tables, runs, model, make, compute)
 
@@ -136,7 +145,7 @@ def quality_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
                     f"({fmt_num(float(np.mean(budgets)) * 1e3, 3)} ms on one {o.hardware} at {o.mfu:.0%}, mean over "
                     "seeds); per-sample scores interpolated between evaluations. The time axis is a PROJECTION, the "
                     "scores are measured.")
-        return paired_finding(f, p, "")
+        return paired_finding(f, p, "", tables=tables, arms=(sol, nft))
 
     out += _each_reward(tables, runs, model, lambda: Finding(
         "Sol-RL beats DiffusionNFT at equal PROJECTED GPU time", "Table 1 (equal GPU-hours)", TABLE1, unit="abs",
@@ -170,15 +179,24 @@ def _naive_fp4(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, 
         long_sol = main_arm(tables, longs, "sol_rl") if not longs.empty else None
         if long_sol:
             f.detail = f"Δ = {fp4} - {long_sol} at step {final} (both at naive FP4's end), `{metric}`."
-            return paired_finding(f, paired_difference(tables, model, metric, fp4, long_sol, final), "No common seeds.")
+            return paired_finding(f, paired_difference(tables, model, metric, fp4, long_sol, final), "No common seeds.",
+                                  tables=tables, arms=(fp4, long_sol))
         sol_final = int(_fp4_curve(tables, model, sol, metric).index[-1])
         f.detail = (f"Δ = {fp4} at its end (step {final}) - {sol} at its end (step {sol_final}): UNEQUAL iterations "
                     "(no Sol-RL arm ran naive FP4's horizon), `{metric}`.").replace("{metric}", metric)
-        return paired_finding(f, paired_at_steps(tables, model, metric, fp4, sol, final, sol_final), "No common seeds.")
+        return paired_finding(f, paired_at_steps(tables, model, metric, fp4, sol, final, sol_final), "No common seeds.",
+                              tables=tables, arms=(fp4, sol))
 
-    out += _each_reward(tables, runs, model, lambda: Finding(
+    ends = _each_reward(tables, runs, model, lambda: Finding(
         "Naive FP4 ends below Sol-RL (at naive FP4's end)", "Sec. naive FP4", NAIVE_FP4, unit="abs", threshold=0.0,
         direction="less"), at_end)
+    same = len(out) == len(ends) and all(a.per_seed and a.per_seed == b.per_seed and a.effect == b.effect
+                                         for a, b in zip(out, ends))
+    if same:  # one comparison (the arms and step coincide): counted once, as the claim at naive FP4's end
+        out = []
+        for f in ends:
+            f.detail += " At equal iterations this is the same comparison (the same arms at the same step)."
+    out += ends
 
     def peak_decline(f, metric):
         curve = _fp4_curve(tables, model, fp4, metric) if fp4 else pd.Series(dtype=float)
@@ -188,7 +206,8 @@ def _naive_fp4(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, 
         final, peak = int(curve.index[-1]), int(curve.iloc[1:-1].idxmax())
         f.detail = (f"Δ = {fp4} at its final step {final} - at the peak of its mean curve before it (step {peak}), "
                     f"`{metric}`; the peak is chosen on these data, which favours the claim.")
-        return paired_finding(f, paired_steps(tables, model, metric, fp4, final, peak), "No naive FP4 run has both steps.")
+        return paired_finding(f, paired_steps(tables, model, metric, fp4, final, peak), "No naive FP4 run has both steps.",
+                              tables=tables, arms=(fp4,))
 
     out += _each_reward(tables, runs, model, lambda: Finding(
         "Naive FP4 peaks and then declines", "Sec. naive FP4", "HPSv2 peaks (about 0.36) near step 180, then declines",
@@ -211,7 +230,8 @@ def _naive_fp4(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, 
             final, peak = int(c.index[-1]), int(c.iloc[1:-1].idxmax())
             f.detail = (f"Δ = [{fp4} step {final} - step {peak}] - [{control} step {final} - step {peak}], `{metric}` "
                         "(steps: naive FP4's final evaluation and its peak on this reward).")
-            return paired_finding(f, _did(tables, model, metric, fp4, control, final, peak), "No common seeds.")
+            return paired_finding(f, _did(tables, model, metric, fp4, control, final, peak), "No common seeds.",
+                                  tables=tables, arms=(fp4, control))
 
         name = f" than {control}" if control else " than a long-horizon control"
         out += _each_reward(tables, runs, model, lambda name=name: Finding(
@@ -221,9 +241,11 @@ def _naive_fp4(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, 
     return out
 
 
-#: Table 4 (K and the selection mode, as issue 42 names the ablation; paper.md lists no figure for it): the paper's
-#: best_worst selection (top K/2 + bottom K/2 by proxy reward) against random selection at the same N and K.
-SELECTION = "best_worst (top K/2 + bottom K/2 by the FP4 proxy) is the paper's choice; no figure in paper.md"
+#: The K / selection-mode ablation of the public code (its ``stage1_select_mode``, best_worst by default): no paper
+#: table (the paper's Table 4 is the CLIP score of NVFP4 against BF16 images, solbench/report/findings_table4.py), so
+#: an exploratory row: best_worst (top K/2 + bottom K/2 by proxy reward) against random selection at the same N and K.
+SELECTION = "best_worst (top K/2 + bottom K/2 by the FP4 proxy) is the public code's default; no paper table or figure"
+SELECTION_TABLE = "Ablation (public code's stage1_select_mode; not a paper table)"
 
 
 def _pick_selection(values: list) -> tuple:
@@ -238,7 +260,7 @@ def _ablation_claims(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
             ("explore_steps", "More explore steps (up to 6) give a better policy", "Table 2",
              "HPSv2 0.3587 (2 steps) -> 0.3686 (6 steps): +0.0099; 8 steps 0.3659",
              lambda vals: (max([v for v in vals if float(v) <= 6] or [vals[0]], key=float), vals[0])),
-            ("selection", "Contrastive selection (best_worst) beats random selection", "Table 4 (K, selection mode)",
+            ("selection", "Contrastive selection (best_worst) beats random selection", SELECTION_TABLE,
              SELECTION, _pick_selection)):
         arms = axis_arms(tables, runs, "sol_rl", axis)
 
@@ -255,7 +277,8 @@ def _ablation_claims(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
                 return f
             f.detail = f"Δ = {arms[hi_v]} - {arms[lo_v]}, `{metric}`."
             return paired_finding(f, paired_difference(tables, model, metric, arms[hi_v], arms[lo_v]),
-                                  f"No common run seeds between {arms[hi_v]} and {arms[lo_v]}.")
+                                  f"No common run seeds between {arms[hi_v]} and {arms[lo_v]}.", tables=tables,
+                                  arms=(arms[hi_v], arms[lo_v]))
 
         out += _each_reward(tables, runs, model, lambda claim=claim, table=table, paper=paper: Finding(
             claim, table, paper, unit="abs", threshold=0.0), compute)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from solbench.report.findings_common import TRAINING, Finding, main_arm
-from solbench.report.stats import INCONCLUSIVE, NOT_MEASURED, PROJECTION, bootstrap_ci, fmt_num
+from solbench.report.stats import INCONCLUSIVE, NOT_MEASURED, PROJECTION, fmt_num, ratio_ci
 from solbench.report.tables import ROLLOUT_PHASES, Tables
 
 PAPER_T5 = {"rollout": "2.33x (FLUX), 2.41x (SD3.5-L), 1.41x (SANA)", "E2E": "1.62x (FLUX), 1.61x (SD3.5-L), 1.25x (SANA)"}
@@ -94,8 +94,9 @@ def speed_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Findi
         mb, mt = timed[timed["arm"] == naive][col].to_numpy(), timed[timed["arm"] == sol][col].to_numpy()
         if len(mb) and len(mt):
             f.effect = _ratio_of_means(mb, mt)
-            f.lo, f.hi = bootstrap_ci([mb, mt], _ratio_of_means, n_boot=o.n_boot, level=o.ci_level, seed=o.boot_seed)
-            f.covers = f"run seeds of each arm ({len(mb)} and {len(mt)}), bootstrap"
+            f.lo, f.hi = ratio_ci(mb, mt, level=o.ci_level)  # issue 48: no percentile bootstrap over 2-3 seeds
+            f.covers = (f"run seeds of each arm ({len(mb)} and {len(mt)}), t interval of the log ratio" if np.isfinite(f.lo)
+                        else f"nothing: fewer than 2 run seeds in an arm ({len(mb)} and {len(mt)})")
             f.detail = (f"{naive} / {sol} seconds per iteration (median per run after warm-up). {load_text}"
                         f"{explore}")
             if emulated:
@@ -104,6 +105,11 @@ def speed_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Findi
                              "clock cannot speak to FP4 hardware (see the PROJECTION row).")
             else:
                 f.decide()
+                if "cpu" in tables.device_kinds():
+                    from solbench.report.timing import cpu_label
+
+                    f.detail += (f" Measured on {cpu_label(tables)}, the explore copy on the CPU's bf16 units "
+                                 "(cpu_bf16): a real clock of low-precision against full-precision units.")
         else:
             f.detail = (f"No timings of these arms left to compare. {load_text}" if len(med) else
                         "No timings of these arms.")
@@ -230,7 +236,7 @@ def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
                     "block); Sol-RL training candidates are selected-only and biased.")
         return [f]
     from solbench.report.fidelity import group_fidelity, pair_candidates
-    from solbench.report.fidelity_steps import BASE, checkpoint_info, fidelity_levels
+    from solbench.report.fidelity_steps import checkpoint_claims, checkpoint_info, fidelity_levels
 
     cand = tables.candidates[tables.candidates["run_id"].isin(fid["run_id"])]
     groups = group_fidelity(pair_candidates(cand), tuple(o.top_k)) if not cand.empty else pd.DataFrame()
@@ -250,13 +256,7 @@ def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
     # one claim per checkpoint (the final policies of the training runs, pooled over their run seeds; the base
     # model) and NVFP4 recipe (two recipes are never pooled), the primary recipe's plain claim first; checkpoints
     # kept before a run's end are the fidelity-against-iteration section's
-    claims = []
-    for recipe, runs in info.groupby("recipe", sort=True):
-        for checkpoint, ids in (("final policy", runs.loc[runs["final"], "run_id"]),
-                                ("base model", runs.loc[runs["checkpoint"] == BASE, "run_id"])):
-            if len(ids):
-                claims.append(((checkpoint != "final policy", recipe != primary, recipe), checkpoint, recipe, ids))
-    for _, checkpoint, recipe, ids in sorted(claims, key=lambda c: c[0]):
+    for checkpoint, recipe, ids in checkpoint_claims(info, primary):
         what = checkpoint + (f", {recipe}" if recipe != primary else "")
         g_what = groups[groups["run_id"].isin(ids)]
         for i, reward in enumerate(_rewards_in(g_what, trained)):
@@ -267,6 +267,7 @@ def fidelity_findings(tables: Tables, model: str) -> list[Finding]:
             f = blank(what)
             f.metric, f.role = reward, (TRAINING if (reward in trained or (i == 0 and not trained)) else "held-out")
             f.effect, f.lo, f.hi, f.covers = lv["mean"], lv["lo"], lv["hi"], f"{lv['covers']}; {lv['constant']} constant"
+            f.recipe, f.components, f.prompts_only = recipe, lv["components"], lv["n_seeds"] < 3 and checkpoint != "base model"
             n = int(g["n_pairs"].median()) if len(g) else 0
             hits = ", ".join(f"hit@{k} {g[f'hit@{k}'].mean():.2f} (chance {k / n:.2f})"
                              for k in o.top_k if f"hit@{k}" in g and g[f"hit@{k}"].notna().any() and n)

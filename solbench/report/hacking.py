@@ -15,7 +15,7 @@ import pandas as pd
 
 from solbench.report.plotting import arm_styles, headline_arms, int_ticks, new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
-from solbench.report.stats import fmt_ci, mean_ci
+from solbench.report.stats import clip_ci, fmt_bounded_ci, mean_ci
 from solbench.report.tables import Tables
 
 SPLIT, METRIC = "eval_check", "extra_objects"
@@ -52,17 +52,20 @@ def reward_hacking(tables: Tables):
         for arm in tables.arm_order(runs):
             a = pm[pm["arm"] == arm]
             for step, g in a.groupby("step"):
-                ci, share, nc = (mean_ci(g[c].values, level) for c in ("extra", "with_extra", "extra_non_counting"))
+                # counts and a share: intervals clipped at 0 (and the share at 1), never a negative count
+                ci, nc = (clip_ci(mean_ci(g[c].values, level)) for c in ("extra", "extra_non_counting"))
+                share = clip_ci(mean_ci(g["with_extra"].values, level), 0.0, 1.0)
                 tidy.append(dict(model=model, arm=arm, step=int(step), extra_mean=ci.mean, extra_lo=ci.lo,
-                                 extra_hi=ci.hi, with_extra=share.mean, extra_non_counting=nc.mean, n_seeds=ci.n))
-                display.append({"method": arm, "step": str(int(step)), "extra objects / image": fmt_ci(ci, 3),
+                                 extra_hi=ci.hi, with_extra=share.mean, with_extra_lo=share.lo, with_extra_hi=share.hi,
+                                 extra_non_counting=nc.mean, n_seeds=ci.n))
+                display.append({"method": arm, "step": str(int(step)), "extra objects / image": fmt_bounded_ci(ci, 3),
                                 "images with extra objects": f"{share.mean:.0%}",
-                                "extra / image, non-counting prompts": fmt_ci(nc, 3), "seeds": str(ci.n)})
+                                "extra / image, non-counting prompts": fmt_bounded_ci(nc, 3), "seeds": str(ci.n)})
         data = pd.DataFrame(tidy)
         outputs.append(Table(f"reward_hacking_{model}", f"Objects beyond the prompt, {model}", data, (
             "Per evaluation step: objects the detector finds beyond the number each eval prompt asks for (max(0, "
-            "detected - asked)), mean over the eval prompts x eval seeds of a run, then mean ± half-width of the "
-            f"{level:.0%} t interval over run seeds; the share of eval images with at least one extra object; and the "
+            "detected - asked)), mean over the eval prompts x eval seeds of a run, then the mean and the "
+            f"{level:.0%} t interval over run seeds, clipped at 0 (a count is never negative); the share of eval images with at least one extra object; and the "
             "count on non-counting prompts (single object, colour, position), which the shapes rewards score as "
             "'at least' and so never penalise. Step 0 is the base model: a count rising above it while the training "
             "reward rises is reward hacking."), display=pd.DataFrame(display)))
@@ -71,21 +74,27 @@ def reward_hacking(tables: Tables):
 
 
 def _figure(tables: Tables, model: str, runs: pd.DataFrame, data: pd.DataFrame) -> Figure:
+    from solbench.report.curves import MIN_SEEDS_FOR_BAND
+
     arms = [a for a in tables.arm_order(runs) if a in set(data["arm"])]
     styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])), headline_arms(tables, runs))
-    fig = new_figure(7.5, 3.4)
+    fig = new_figure(8.0, 3.6 + 0.17 * ((len(arms) + 1) // 2))
     ax = fig.subplots()
     for arm in arms:
         a = data[data["arm"] == arm].sort_values("step")
-        ax.plot(a["step"], a["extra_mean"], markersize=2.5, label=arm, **styles[arm])
-        if a["extra_lo"].notna().any():
-            ax.fill_between(a["step"], a["extra_lo"], a["extra_hi"], color=styles[arm]["color"], alpha=0.12, linewidth=0)
-    ax.set_xlabel("iteration", fontsize=8)
-    ax.set_ylabel("extra objects per eval image", fontsize=8)
+        ax.plot(a["step"], a["extra_mean"], markersize=3, label=arm, **styles[arm])
+        # a band only over 3+ seeds (a t band over 1 degree of freedom covers the chart), clipped at 0 as the table
+        if a["extra_lo"].notna().any() and int(a["n_seeds"].min()) >= MIN_SEEDS_FOR_BAND:
+            ax.fill_between(a["step"], a["extra_lo"].clip(lower=0), a["extra_hi"], color=styles[arm]["color"],
+                            alpha=0.12, linewidth=0)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Objects beyond the prompt per eval image, {model}", fontsize=10)
+    ax.set_xlabel("iteration", fontsize=9)
+    ax.set_ylabel("extra objects per eval image", fontsize=9)
     int_ticks(ax)
-    ax.tick_params(labelsize=7)
+    ax.tick_params(labelsize=8)
     ax.grid(alpha=0.3)
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=7, frameon=False)
     return Figure(f"reward_hacking_{model}_chart", f"Objects beyond the prompt against iteration, {model}", fig, (
-        "Mean over run seeds of the extra objects per eval image (band: t interval over seeds); the table above "
-        "gives the numbers."), data=data)
+        f"Mean over run seeds of the extra objects per eval image (band: t interval over seeds, clipped at 0, drawn for "
+        f"arms of {MIN_SEEDS_FOR_BAND}+ seeds only); the table above gives the numbers."), data=data)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from solbench.report.paired import paired_difference
+from solbench.report.paired import PROMPTS_ONLY_NOTE, fmt_paired, paired_difference
 from solbench.report.registry import Note, Table, report_kind
 from solbench.report.stats import CI, fmt_ci, mean_ci
 from solbench.report.tables import Tables, same_method
@@ -110,8 +110,8 @@ def main_results(tables: Tables):
                     row[f"Δ vs {ref_arm} {metric}"] = _fmt_vs(vs, arm == ref_arm)
                     if has_clock:
                         row[f"Δ vs {ref_arm} {metric} at equal PROJECTED time"] = _fmt_vs(
-                            {"vs_ref_mean": vs["eqt_mean"], "vs_ref_lo": vs["eqt_lo"], "vs_ref_hi": vs["eqt_hi"]},
-                            arm == ref_arm)
+                            {"vs_ref_mean": vs["eqt_mean"], "vs_ref_lo": vs["eqt_lo"], "vs_ref_hi": vs["eqt_hi"],
+                             "vs_ref_covers": vs["eqt_covers"]}, arm == ref_arm)
             row["seeds"] = str(int(a["seed"].nunique()))
             display_rows.append(row)
         tidy_df = pd.DataFrame(tidy)
@@ -129,6 +129,8 @@ def main_results(tables: Tables):
             + (f" Δ vs {ref_arm}: paired difference from the reference method ({ref_arm}) on the same eval prompts "
                "and eval seeds, runs paired by run seed, at the last evaluation both runs of a pair reached (equal "
                f"iterations); [{level:.0%} interval of the crossed design, covering {_covers(tidy)}]"
+               + (f" ({PROMPTS_ONLY_NOTE})" if any(str(r.get("vs_ref_covers", "")).startswith("eval prompts only")
+                                                   for r in tidy) else "")
                + ("; 'at equal PROJECTED time': the same pairs compared at the PROJECTED GPU clock both runs of a "
                   "pair reached (the paper's Table 1 compares at equal GPU-hours), per-sample scores interpolated "
                   "linearly between the evaluations around it; a PROJECTION of the time axis, the scores are "
@@ -269,12 +271,7 @@ def long_horizon_table(tables: Tables, model: str, runs: pd.DataFrame, rewards: 
 def _fmt_vs(vs: dict, is_reference: bool) -> str:
     if is_reference:
         return "0 (reference)"
-    mean, lo, hi = vs["vs_ref_mean"], vs["vs_ref_lo"], vs["vs_ref_hi"]
-    if not np.isfinite(mean):
-        return "- (no same-seed pair)"
-    if not np.isfinite(lo):
-        return f"{mean:+.4f} (no interval)"
-    return f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+    return fmt_paired(vs["vs_ref_mean"], vs["vs_ref_lo"], vs["vs_ref_hi"], vs.get("vs_ref_covers", ""))
 
 
 def _covers(tidy: list[dict]) -> str:

@@ -165,3 +165,21 @@ def paired_steps(tables: Tables, model: str, metric: str, arm: str, step_a: int,
     if p is not None:
         p.step = step_a
     return p
+
+
+#: Marks an interval that covers the eval prompts only (fewer than three run seeds: the seed-to-seed variance not
+#: estimated) where it shares a column with crossed-design intervals (issue 48).
+PROMPTS_ONLY_MARK = "†"
+PROMPTS_ONLY_NOTE = (f"{PROMPTS_ONLY_MARK}: the interval covers the eval prompts only (fewer than 3 run seeds: the "
+                     "seed-to-seed variance is not estimated); unmarked intervals cover run seeds crossed with eval "
+                     "prompts")
+
+
+def fmt_paired(mean: float, lo: float, hi: float, covers: str = "") -> str:
+    """'+0.0123 [+0.0050, +0.0196]', marked ``PROMPTS_ONLY_MARK`` where ``covers`` says eval prompts only."""
+    if not np.isfinite(mean):
+        return "- (no same-seed pair)"
+    if not np.isfinite(lo):
+        return f"{mean:+.4f} (no interval)"
+    mark = f" {PROMPTS_ONLY_MARK}" if str(covers).startswith("eval prompts only") else ""
+    return f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]{mark}"

@@ -25,7 +25,8 @@ _FALLBACK = ["#17becf", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "
 _ARM_COLOURS = ["#17becf", "#bcbd22", "#393b79", "#1b9e77", "#a6761d", "#66a61e", "#e7298a", "#000000"]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h"]
 PHASE_COLOURS = {
-    "explore": "#ff7f0e", "select": "#ffbb78", "regenerate": "#d62728", "rollout": "#1f77b4",
+    # select in cyan: no shade of explore's orange (issue 48: the two read as one colour)
+    "explore": "#ff7f0e", "select": "#17becf", "regenerate": "#d62728", "rollout": "#1f77b4",
     "reward": "#9467bd", "train": "#2ca02c", "sync": "#8c564b",
 }
 _LINESTYLES = ["-", "--", ":", "-."]

@@ -128,7 +128,11 @@ def _arm_figure(model: str, arm: str, run, files: dict[int, Path]) -> Figure:
     label_width = min(5.0, 0.3 + 0.055 * max(map(len, labels))) if labels else 0.3
     panel_width = 2.4
     panel_height = panel_width * h / max(w, 1)
-    fig = new_figure(label_width + 2 * panel_width + 0.4, min(panel_height, 14.0) + 0.8)
+    fig_width = label_width + 2 * panel_width + 0.4
+    title = f"{model}, {arm} (seed {run['seed']}): eval samples, first vs last evaluation"
+    # wrapped to the figure's width (about 12 characters an inch at 9 pt): a long arm label was clipped at both edges
+    title = textwrap.fill(title, width=max(20, int(fig_width * 12)))
+    fig = new_figure(fig_width, min(panel_height, 14.0) + 0.8 + 0.16 * title.count("\n"))
     axes = fig.subplots(1, 2, squeeze=False)[0]
     for c, (ax, (im, step)) in enumerate(zip(axes, images)):
         ax.imshow(im, interpolation="nearest")
@@ -142,7 +146,7 @@ def _arm_figure(model: str, arm: str, run, files: dict[int, Path]) -> Figure:
             ax.set_xticks([(k + 0.5) * w / columns - 0.5 for k in range(columns)],
                           [f"seed {k}" for k in range(columns)], fontsize=6)
             ax.tick_params(length=0)
-    fig.suptitle(f"{model}, {arm} (seed {run['seed']}): eval samples, first vs last evaluation", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     prompts = ("Rows are labelled with their eval prompts; columns within a grid are the eval seeds."
                if layout else "The grid rows' prompts are unknown here (no grid metadata, and the run's eval "
                "settings do not fit the image), so rows are unlabelled.")

@@ -78,7 +78,7 @@ def bootstrap_ci(groups: Sequence[np.ndarray], statistic: Callable[..., float], 
 def fmt_num(value: float, digits: int = 4) -> str:
     """A number for a Markdown table: ``digits`` decimals, scientific for very large/small, '-' for NaN."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-" if value is None or math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return "-" if value is None or math.isnan(value) else ("∞" if value > 0 else "-∞")
     value = float(value)
     if abs(value) < 1e-12:  # float rounding's residue of an exact zero (a mean of +x and -x), not a number to print
         value = 0.0
@@ -93,7 +93,26 @@ def fmt_ci(ci: CI, digits: int = 4) -> str:
         return "-"
     if not math.isfinite(ci.lo):
         return fmt_num(ci.mean, digits)
+    if round(ci.half_width, digits) == 0:  # no spread at these digits: "0.688 ± 0.000" would read as a measured zero
+        return f"{fmt_num(ci.mean, digits)} (no spread over {ci.n} units)"
     return f"{fmt_num(ci.mean, digits)} ± {fmt_num(ci.half_width, digits)}"
+
+
+def clip_ci(ci: CI, lower: float = 0.0, upper: float = math.inf) -> CI:
+    """``ci`` with its bounds clipped to the range a count or a proportion can take (a t interval of a few seeds
+    otherwise reaches below zero: issue 48)."""
+    if not math.isfinite(ci.lo):
+        return ci
+    return CI(ci.mean, min(max(ci.lo, lower), upper), min(max(ci.hi, lower), upper), ci.n)
+
+
+def fmt_bounded_ci(ci: CI, digits: int = 3) -> str:
+    """'mean [lo, hi]' of a clipped interval (``clip_ci``: no longer symmetric, so no '±')."""
+    if not math.isfinite(ci.mean):
+        return "-"
+    if not math.isfinite(ci.lo) or round(ci.hi - ci.lo, digits) == 0:
+        return fmt_ci(ci, digits)
+    return f"{fmt_num(ci.mean, digits)} [{fmt_num(ci.lo, digits)}, {fmt_num(ci.hi, digits)}]"
 
 
 #: Run seeds from which the seed-to-seed variance of a paired difference is estimated (docs/reports.md,
@@ -112,6 +131,7 @@ class PairedCI:
     n_prompts: int  # eval prompts common to every seed; 0: per-run values only (no per-prompt eval rows)
     df: float = math.nan  # degrees of freedom of the t quantile
     per_seed: tuple[float, ...] = ()  # each run seed's mean difference, in seed order
+    components: "Components | None" = None  # the design's variance components (``variance_components``)
 
     @property
     def seed_variance_estimated(self) -> bool:
@@ -219,7 +239,118 @@ def paired_ci(matrix, *, level: float = 0.95, per_prompt: bool = True) -> Paired
         x = x[:, None]
     mean, lo, hi, df = crossed_interval(x, level) if x.size else (math.nan,) * 4
     return PairedCI(mean, lo, hi, int(x.shape[0]), int(x.shape[1]) if per_prompt else 0, df,
-                    tuple(float(v) for v in x.mean(axis=1)) if x.size else ())
+                    tuple(float(v) for v in x.mean(axis=1)) if x.size else (),
+                    variance_components(x) if per_prompt else variance_components(x.T))
+
+
+# ---- power: the smallest effect a design detects, and the design that would detect a given one ---------------
+
+#: Power and level of the design calculations (docs/reports.md, "Power").
+POWER, ALPHA = 0.80, 0.05
+
+
+@dataclass(frozen=True)
+class Components:
+    """Variance components of a paired difference d = mu + seed + prompt + residual, from the two-way layout's mean
+    squares (each truncated at zero, as ``crossed_interval`` truncates them), and the design they came from.
+    ``seed`` is NaN when fewer than ``MIN_SEEDS_FOR_SEED_VARIANCE`` run seeds leave it unestimated."""
+
+    seed: float
+    prompt: float
+    resid: float
+    n_seeds: int
+    n_prompts: int
+
+    def se_df(self, n_seeds: int, n_prompts: int) -> tuple[float, float]:
+        """Standard error of the grand mean at ``n_seeds`` x ``n_prompts`` and the Satterthwaite degrees of freedom
+        of its estimate, from the expected mean squares E[MS_S] = s2_e + P s2_seed, E[MS_P] = s2_e + S s2_prompt,
+        E[MS_E] = s2_e (the interval of ``crossed_interval`` at the design's own size)."""
+        s, p = n_seeds, n_prompts
+        seed = 0.0 if math.isnan(self.seed) else self.seed
+        terms = []
+        if s > 1 and seed > 0:
+            terms.append((self.resid + p * seed, s - 1))
+        if p > 1 and self.prompt > 0:
+            terms.append((self.resid + s * self.prompt, p - 1))
+        rest = 1.0 - len(terms)
+        if rest and self.resid > 0:
+            terms.append((rest * self.resid, max((s - 1) * (p - 1), 1)))
+        total = sum(t for t, _ in terms)
+        if total <= 0:
+            return 0.0, math.inf
+        return math.sqrt(total / (s * p)), total ** 2 / sum(t * t / d for t, d in terms)
+
+    def detectable(self, n_seeds: int, n_prompts: int, alpha: float = ALPHA, power: float = POWER) -> float:
+        """The smallest true distance from the threshold that a two-sided level-``alpha`` interval excludes the
+        threshold with probability ``power``: (t(1 - alpha/2, df) + t(power, df)) x SE."""
+        se, df = self.se_df(n_seeds, n_prompts)
+        if se == 0:
+            return 0.0
+        return (float(stats.t.ppf(1 - alpha / 2, df)) + float(stats.t.ppf(power, df))) * se
+
+    def scaled(self, k: float) -> "Components":
+        """The components of the differences divided by ``k`` (a relative effect's scale)."""
+        return Components(self.seed / k ** 2, self.prompt / k ** 2, self.resid / k ** 2, self.n_seeds, self.n_prompts)
+
+    @property
+    def prompts_dominate(self) -> bool:
+        """The prompt term carries more of the grand mean's variance than the seed term at the design's size."""
+        seed = 0.0 if math.isnan(self.seed) else self.seed
+        return self.prompt / max(self.n_prompts, 1) > seed / max(self.n_seeds, 1)
+
+
+def variance_components(x) -> Components | None:
+    """``Components`` of a [run seeds, eval prompts] matrix of paired differences (one column: per-run values,
+    the prompt term zero); None for fewer than two values."""
+    x = np.asarray(x, dtype=float)
+    if x.ndim == 1:
+        x = x[:, None]
+    s, p = x.shape
+    if x.size < 2:
+        return None
+    mean = float(x.mean())
+    if p == 1:  # one value per run: the run-to-run variance only
+        return Components(float(x[:, 0].var(ddof=1)), 0.0, 0.0, s, 1)
+    if s == 1:
+        return Components(math.nan, float(x[0].var(ddof=1)), 0.0, 1, p)
+    rows, cols = x.mean(axis=1), x.mean(axis=0)
+    ms_s = p * float(((rows - mean) ** 2).sum()) / (s - 1)
+    ms_p = s * float(((cols - mean) ** 2).sum()) / (p - 1)
+    ms_e = float(((x - rows[:, None] - cols[None, :] + mean) ** 2).sum()) / ((s - 1) * (p - 1))
+    seed = max(ms_s - ms_e, 0.0) / p if s >= MIN_SEEDS_FOR_SEED_VARIANCE else math.nan
+    if math.isnan(seed):  # the seed term not estimated: the prompt-level variance of the seed means, as the interval
+        return Components(math.nan, float(x.mean(axis=0).var(ddof=1)), 0.0, 1, p)
+    return Components(seed, max(ms_p - ms_e, 0.0) / s, ms_e, s, p)
+
+
+def units_needed(c: Components, distance: float, *, vary: str, limit: int = 1000) -> float:
+    """The smallest number of run seeds (``vary`` "seeds", prompts held) or eval prompts ("prompts", seeds held)
+    whose design detects ``distance`` (``Components.detectable``); NaN when it cannot be computed (the seed term
+    not estimated, no distance) or when no number up to ``limit`` does (the other factor's term alone is too large)."""
+    if not (math.isfinite(distance) and distance > 0) or math.isnan(c.seed):
+        return math.nan
+    for n in range(MIN_SEEDS_FOR_SEED_VARIANCE if vary == "seeds" else 2, limit + 1):  # 3+ seeds: the seed term
+        size = (n, c.n_prompts) if vary == "seeds" else (c.n_seeds, n)
+        if c.detectable(*size) <= distance:
+            return float(n)
+    return math.nan
+
+
+def ratio_ci(base, target, level: float = 0.95) -> tuple[float, float]:
+    """Interval of mean(base) / mean(target) over independent run seeds of each arm: a Student t interval of the
+    log ratio with the delta-method standard error sqrt(s_b^2 / (n_b m_b^2) + s_t^2 / (n_t m_t^2)) and Welch's
+    degrees of freedom, exponentiated. (NaN, NaN) with fewer than two seeds in an arm: a percentile bootstrap over
+    2-3 seeds undercovers (docs/reports.md), so none is given."""
+    b, t = np.asarray(base, dtype=float), np.asarray(target, dtype=float)
+    if len(b) < 2 or len(t) < 2 or b.mean() <= 0 or t.mean() <= 0:
+        return math.nan, math.nan
+    vb, vt = b.var(ddof=1) / (len(b) * b.mean() ** 2), t.var(ddof=1) / (len(t) * t.mean() ** 2)
+    ratio = math.log(b.mean() / t.mean())
+    if vb + vt == 0:
+        return math.exp(ratio), math.exp(ratio)
+    df = (vb + vt) ** 2 / (vb ** 2 / (len(b) - 1) + vt ** 2 / (len(t) - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(vb + vt)
+    return math.exp(ratio - half), math.exp(ratio + half)
 
 
 #: The verdicts of the Findings section (docs/reports.md, "Findings"). PROJECTION: a value that follows

@@ -5,8 +5,8 @@ From timings.parquet (one row per timed phase span). Per run and training iterat
 - end-to-end seconds = the sum over every phase of the iteration except evaluation.
 The first ``warmup`` iterations of each run are dropped (compilation, caches), then each run gives
 its median over the remaining iterations; an arm reports the mean of its runs' medians with a t
-interval over seeds. The speedup is baseline / target of those means, with a bootstrap interval
-(seeds resampled within each arm). Phases are summed as disjoint spans: nested phases would be
+interval over seeds. The speedup is baseline / target of those means, with a t interval of the log ratio
+over each arm's seeds (``stats.ratio_ci``; a percentile bootstrap over 2-3 seeds undercovers). Phases are summed as disjoint spans: nested phases would be
 counted twice (the harness's phases are not nested in the training loop).
 """
 
@@ -19,7 +19,7 @@ import pandas as pd
 
 from solbench.report.plotting import new_figure, phase_colour
 from solbench.report.registry import Figure, Note, Table, report_kind
-from solbench.report.stats import bootstrap_ci, fmt_ci, fmt_num, mean_ci
+from solbench.report.stats import fmt_ci, fmt_num, mean_ci, ratio_ci
 from solbench.report.tables import EVAL_PHASES, PHASE_ORDER, ROLLOUT_PHASES, Tables, same_method
 
 
@@ -138,8 +138,7 @@ def _ratio_of_means(a: np.ndarray, b: np.ndarray) -> float:
 
 def _speedup(base: np.ndarray, target: np.ndarray, tables: Tables) -> tuple[float, float, float]:
     point = _ratio_of_means(base, target)
-    lo, hi = bootstrap_ci([base, target], _ratio_of_means, n_boot=tables.options.n_boot,
-                          level=tables.options.ci_level, seed=tables.options.boot_seed)
+    lo, hi = ratio_ci(base, target, level=tables.options.ci_level)  # issue 48: a t interval, not a 2-3 seed bootstrap
     return point, lo, hi
 
 
@@ -152,10 +151,15 @@ def _fmt_speedup(point: float, lo: float, hi: float) -> str:
 
 
 def emulation_caveat(tables: Tables) -> Note | None:
-    """The CPU / emulated-FP4 caveat, when it applies to these runs."""
+    """The CPU / emulated-FP4 caveat, when it applies to these runs: None where every explore copy computed on
+    low-precision units (a GPU backend, or cpu_bf16 on a CPU: ``low_precision_note`` says which)."""
     devices = tables.device_kinds()
     runs = tables.done_runs
     explore_runs = set(tables.timings.loc[tables.timings["precision"] == "explore", "run_id"])
+    from solbench.report.explore import on_low_precision_units
+
+    if explore_runs and on_low_precision_units(runs[runs["run_id"].isin(explore_runs)]):
+        return None
     emulated = False
     if "p_quant.backend" in runs:
         backends = runs.loc[runs["run_id"].isin(explore_runs), "p_quant.backend"].dropna().astype(str)
@@ -170,6 +174,29 @@ def emulation_caveat(tables: Tables) -> Note | None:
     return None
 
 
+def low_precision_note(tables: Tables) -> Note | None:
+    """On CPU, where the explore copies computed on the CPU's bf16 units: what the measured clock compares."""
+    from solbench.report.explore import explore_runs, on_low_precision_units
+
+    runs = explore_runs(tables)
+    if "cpu" not in tables.device_kinds() or runs.empty or not on_low_precision_units(runs):
+        return None
+    return Note("Measured on the CPU's bf16 units", (
+        f"The explore copies computed on {cpu_label(tables)} with backend cpu_bf16: the recipe's NVFP4 values (exact "
+        "in bf16) multiplied on the CPU's bf16 units, everything else in fp32, against full precision in fp32. The "
+        "measured speedups below are judged: they are this CPU's low-precision units against its fp32 units, the "
+        "CPU's counterpart of FP4 against BF16 tensor cores, not a measurement of FP4 hardware."))
+
+
+def cpu_label(tables: Tables) -> str:
+    """'AMD EPYC (avx512_bf16)': the CPU model(s) of the done runs and their bf16 flags, from env.json."""
+    runs = tables.done_runs
+    models = sorted({str(v) for v in runs.get("cpu_model", pd.Series(dtype=object)).dropna()})
+    flags = sorted({str(v) for v in runs.get("cpu_bf16_flags", pd.Series(dtype=object)).dropna() if str(v)})
+    text = " / ".join(models) or "this CPU"
+    return text + (f" ({', '.join(flags)})" if flags else "")
+
+
 @report_kind("timing", title="Timing (Table 5)", order=20)
 def timing(tables: Tables):
     """Seconds per iteration (rollout, end to end), naive BF16 scaling vs Sol-RL, and per-phase bars."""
@@ -178,7 +205,7 @@ def timing(tables: Tables):
         return Note("Timing", "No timings of done runs in timings.parquet: nothing to report.")
     opts, level = tables.options, tables.options.ci_level
     outputs: list = []
-    caveat = emulation_caveat(tables)
+    caveat = emulation_caveat(tables) or low_precision_note(tables)
     if caveat:
         outputs.append(caveat)
     loads = run_load(tables)
@@ -227,13 +254,18 @@ def timing(tables: Tables):
             "regenerate + rollout + reward phases; E2E = every phase of the iteration except evaluation. Each run "
             f"gives its median over iterations after {opts.warmup} warm-up iteration(s); cells are the mean over "
             f"seeds ± half-width of the {level:.0%} t interval. Speedup = baseline / target seconds, with a "
-            f"{level:.0%} bootstrap interval over seeds ({opts.n_boot} resamples) when both arms have 2+ seeds. "
+            f"{level:.0%} t interval of the log ratio over seeds (delta method, Welch df) when both arms have 2+ seeds. "
             f"Only runs timed on quiet cores: {load_text} The target's explore column names the low-precision "
             "format, recipe and backend its seconds were measured with. "
             "The paper's numbers (8x B200) are in the cost projection section."), display=display))
     else:
         outputs.append(Note("Table 5 pair", f"No done runs of both `{opts.baseline_method}` and `{opts.target_method}` "
                                            "on the same model: the speedup table needs both (per-arm timings follow)."))
+    from solbench.report.cpu_check import cpu_prediction_table
+
+    prediction = cpu_prediction_table(tables)  # on CPU: the ratios this CPU's measured rates predict, beside the clock
+    if prediction is not None:
+        outputs.append(prediction)
 
     # every arm, with the per-phase medians
     explore_ids = set(tables.timings.loc[tables.timings["precision"] == "explore", "run_id"])
@@ -297,35 +329,37 @@ def _phase_order(phases) -> list[str]:
 
 def _phase_figure(tables: Tables, phase_med: pd.DataFrame, phases: list[str], contended: set[str] = frozenset()) -> Figure:
     models = sorted(phase_med["model"].unique())
-    # each bar as wide as its longest label line: labels break between words only, so a long setting widens the bar
-    per_bar = max([1.1] + [0.075 * len(line) for arm in phase_med["arm"].unique() for line in _wrap(arm).split("\n")])
-    fig = new_figure(max(5.0, 1.6 + per_bar * phase_med["arm"].nunique()) * min(len(models), 2), 4.2)
+    # horizontal bars, one row per arm, labels on the y axis at a readable size: vertical bars each as wide as its
+    # label made tiny_paper's 16 arms a 2774 x 462 px strip with 5 px text (issue 48)
+    n_arms = int(phase_med.groupby("model")["arm"].nunique().max())
+    fig = new_figure(6.0 + 3.2 * min(len(models), 2), 1.4 + 0.42 * n_arms)
     axes = fig.subplots(1, len(models), squeeze=False)[0]
     plotted = []
     for ax, model in zip(axes, models):
         pm = phase_med[phase_med["model"] == model].groupby(["arm", "phase"])["seconds"].mean().unstack(fill_value=0.0)
         arms = [a for a in tables.arm_order(tables.done_runs) if a in pm.index]
         pm = pm.reindex(arms)
-        bottom = np.zeros(len(arms))
+        y = np.arange(len(arms))[::-1]  # the first arm on top
+        left = np.zeros(len(arms))
         for i, phase in enumerate(phases):
             values = pm[phase].values if phase in pm else np.zeros(len(arms))
-            ax.bar(range(len(arms)), values, bottom=bottom, color=phase_colour(phase, i), label=phase,
-                   edgecolor="white", linewidth=0.5)
-            bottom += values
-        for x, (arm, total) in enumerate(zip(arms, bottom)):
+            ax.barh(y, values, left=left, color=phase_colour(phase, i), label=phase, edgecolor="white", linewidth=0.5,
+                    height=0.7)
+            left += values
+        for yi, (arm, total) in zip(y, zip(arms, left)):
             mark = arm in contended
-            ax.text(x, total, f"{total:.3g}s" + ("\ncontended" if mark else ""), ha="center", va="bottom", fontsize=8,
+            ax.text(total, yi, f" {total:.3g}s" + (" contended" if mark else ""), ha="left", va="center", fontsize=8,
                     color="#b00000" if mark else "black", fontweight="bold" if mark else "normal")
             if mark:  # hatch the bar of an arm with a run timed beside other programs
-                ax.bar([x], [total], color="none", edgecolor="#b00000", hatch="//", linewidth=1.0)
-        ax.set_xticks(range(len(arms)), [_wrap(a) + (" *" if a in contended else "") for a in arms], fontsize=8)
-        ax.set_ylabel("seconds per iteration (median)")
+                ax.barh([yi], [total], color="none", edgecolor="#b00000", hatch="//", linewidth=1.0, height=0.7)
+        ax.set_yticks(y, [_wrap(a, 44) + (" *" if a in contended else "") for a in arms], fontsize=8)
+        ax.set_xlabel("seconds per iteration (median)", fontsize=9)
         ax.set_title(f"{model}: per-phase time per iteration", fontsize=10)
-        ax.set_ylim(0, max(bottom.max() * 1.15, 1e-9))
-        ax.grid(axis="y", alpha=0.3)
+        ax.set_xlim(0, max(left.max() * 1.2, 1e-9))
+        ax.grid(axis="x", alpha=0.3)
         plotted.append(pm.reset_index().melt(id_vars="arm", var_name="phase", value_name="seconds").assign(model=model))
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", fontsize=8, title="phase")
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, title="phase", ncols=len(labels), frameon=False)
     return Figure("timing_phases_chart", "Per-phase time per iteration (stacked)", fig, (
         "Measured. Stacked bars: mean over seeds of each run's median seconds per iteration in each phase, "
         f"after {tables.options.warmup} warm-up iteration(s); evaluation excluded. The paper's Table 5 splits "
