@@ -144,7 +144,9 @@ def dose_response(tables: Tables):
                 "`grad_norm_ratio` = the NFT loss gradient on the low-precision samples against on their twins (same "
                 f"advantages, timesteps and noise). Mean over run seeds with the {level:.0%} t interval."),
                 display=_gap_display(data)))
-            outputs.append(_gap_figure(model, data))
+            runs = tables.done_runs[tables.done_runs["model"] == model]
+            main = {arm for m in EXPLORING for arm in recipe_arms(tables, runs, m).values()}
+            outputs.append(_gap_figure(model, data[data["arm"].isin(main)]))
         found = _dose_pairs(tables, model)
         if found:
             runs = tables.done_runs[tables.done_runs["model"] == model]
@@ -216,7 +218,8 @@ def _gap_figure(model: str, data: pd.DataFrame) -> Figure:
     return Figure(f"explore_gap_{model}_chart", f"Explore gap against iteration, {model}", fig, (
         "Colour: the explore recipe (darker: smaller sample error); solid with circles: naive FP4 (its trained "
         "samples are the explore copy's), dashed with squares: Sol-RL (its trained samples are full precision; the "
-        "twins are the explore copy's at the full step budget). Band: t interval over run seeds."), data=data)
+        "twins are the explore copy's at the full step budget). One arm per method and recipe, its main one (most "
+        "seeds, settings at their defaults; the table lists every arm). Band: t interval over run seeds."), data=data)
 
 
 def _dose_table(tables: Tables, model: str, runs: pd.DataFrame, rows: pd.DataFrame,
@@ -229,7 +232,7 @@ def _dose_table(tables: Tables, model: str, runs: pd.DataFrame, rows: pd.DataFra
     for recipe, f in found:
         d = dose.get(recipe, CI(math.nan, math.nan, math.nan, 0))
         row = dict(model=model, recipe=recipe, dose=d.mean, dose_lo=d.lo, dose_hi=d.hi, metric=f.metric, role=f.role,
-                   effect=f.effect, lo=f.lo, hi=f.hi, verdict=f.verdict, covers=f.covers,
+                   effect=f.effect, lo=f.lo, hi=f.hi, verdict=f.verdict, covers=f.covers, prompts_only=f.prompts_only,
                    fp4_arm=arms["naive_fp4"].get(recipe), sol_arm=arms["sol_rl"].get(recipe), n_seeds=_n_seeds(f),
                    vs_bf16=math.nan, vs_bf16_lo=math.nan, vs_bf16_hi=math.nan)
         if bf16 is not None:
@@ -264,7 +267,8 @@ def _dose_display(data: pd.DataFrame) -> pd.DataFrame:
         "sample error": [fmt_bounded_ci(CI(r.dose, r.dose_lo, r.dose_hi, 2), 3) for r in data.itertuples()],
         "reward": [f"`{m}` ({r})" for m, r in zip(data["metric"], data["role"])],
         "naive FP4 - Sol-RL": [_signed(r.effect, r.lo, r.hi) for r in data.itertuples()],
-        "verdict (claim: < 0)": data["verdict"],
+        "verdict (claim: < 0)": [v + (" (eval prompts only)" if p else "") for v, p in zip(data["verdict"],
+                                                                                          data["prompts_only"])],
         "naive FP4 - naive BF16": [_signed(r.vs_bf16, r.vs_bf16_lo, r.vs_bf16_hi) for r in data.itertuples()],
         "seeds": data["n_seeds"].astype(str)})
 
