@@ -221,3 +221,24 @@ def _repo():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("recipe,expected", [("nvfp4_tiny_flux", "cpu_bf16"), ("mxfp4_w4a4", "emulated"),
+                                             ("none", "cpu_bf16")])
+def test_fidelity_of_a_cpu_bf16_run_keeps_its_backend_where_it_runs_the_recipe(recipe, expected):
+    """`solbench fidelity --checkpoint` of a run that explored on cpu_bf16 measures on cpu_bf16, and a recipe
+    the backend cannot run (tiny_paper's MXFP4 rows) on emulation, as the run's auto would have, instead of
+    failing. Catches a fidelity block that stops at its first MXFP4 recipe."""
+    from types import SimpleNamespace
+
+    from solbench.config import RunConfig
+    from solbench.fidelity import FidelitySettings, resolve
+
+    run = RunConfig(method="sol_rl", device="cpu")
+    run.quant.backend = "cpu_bf16"
+    checkpoint = SimpleNamespace(config=run, state={"nets": {"trainable": {"policy": {}}}}, path="x/step_1.pt",
+                                 run_id="abc", step=1)
+    spec = resolve(FidelitySettings(recipe=recipe, device="cpu"), checkpoint)
+    assert spec["quant"]["backend"] == expected
+    explicit = resolve(FidelitySettings(recipe="nvfp4_tiny_flux", backend="emulated", device="cpu"), checkpoint)
+    assert explicit["quant"]["backend"] == "emulated"

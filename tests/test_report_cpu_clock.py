@@ -79,7 +79,7 @@ def test_prediction_from_the_cpus_rates_matches_a_hand_computation(tmp_path):
 
     q = precision_split("tiny", "nvfp4_tiny_flux", backend="te").quantized_share
     tables = _tables(tmp_path, "pred", "cpu_bf16")
-    table = _output(tables, "timing", "cpu_prediction")
+    table = _output(tables, "cpu_prediction", "cpu_prediction")
     assert table is not None
     data = table.data.set_index("kind")
     gemm_explore = 6 * (q / 25 + (1 - q) / 10)
@@ -99,4 +99,4 @@ def test_prediction_from_the_cpus_rates_matches_a_hand_computation(tmp_path):
 def test_no_prediction_without_measured_rates(tmp_path):
     """Runs that measured no rates (older results, GPU runs) get no CPU prediction table, not one of NaNs."""
     tables = _tables(tmp_path, "norates", "cpu_bf16", rates=False)
-    assert _output(tables, "timing", "cpu_prediction") is None
+    assert _output(tables, "cpu_prediction", "cpu_prediction") is None

@@ -46,8 +46,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import fused
-from .common import BackendUnavailableError
-from .formats import E2M1_VALUES, NonFiniteError, quantize
+from .common import BackendUnavailableError, copy_layer_bias, quantize_layer_weight
+from .formats import E2M1_VALUES, NonFiniteError
 from .nvfp4 import _FP32_ONE_SIXTH_TENSOR, _nvfp4_global_scales
 from .recipes import QuantRecipe
 
@@ -85,17 +85,7 @@ def _nvfp4_bf16_rows(x2d: torch.Tensor, one_sixth: torch.Tensor):
     block scales, E2M1 rounding), so codes and scales are the emulated path's bit for bit; only the last
     product differs: by s_b (exact in fp32 and in bf16) instead of by fp32(s_b * S_dec).
     """
-    rows, k = x2d.shape
-    blocks = x2d.float().reshape(rows * (k // 16), 16)
-    amax = blocks.abs().amax(dim=-1)
-    global_amax = amax.max()
-    one = torch.ones_like(global_amax)
-    encode_global = torch.where(global_amax == 0, one,
-                                torch.clamp(torch.full_like(global_amax, 2688.0) / global_amax, max=_FLT_MAX))
-    decode_global = one / encode_global
-    block_scale = fused._round_to_grid(amax * (encode_global * one_sixth), -6, 3, 448.0, True)
-    encode = torch.reciprocal(block_scale * decode_global).clamp(max=_FLT_MAX)
-    y = fused._round_to_grid(blocks * encode[:, None], 0, 1, 6.0, True)
+    y, block_scale, decode_global, global_amax, _ = fused.nvfp4_rows_e2m1(x2d, one_sixth)
     # [n_blocks, 16], reshaped by the caller (a reshape in here adds a copy pass: see fused)
     return (y * block_scale[:, None]).to(torch.bfloat16), decode_global, global_amax
 
@@ -163,22 +153,13 @@ class CpuBf16Linear(nn.Module):
     @torch.no_grad()
     def load_weight(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
         """Quantize full-precision ``weight`` (and copy ``bias``) into the layer's buffers."""
-        if tuple(weight.shape) != (self.out_features, self.in_features):
-            raise ValueError(f"layer {self.name!r}: weight of shape {tuple(weight.shape)} does not fit "
-                             f"[out_features={self.out_features}, in_features={self.in_features}]")
-        try:
-            q = quantize(weight.detach(), self.recipe.format, self.recipe.weight_block, nonfinite=self.recipe.nonfinite)
-        except NonFiniteError as exc:
-            raise NonFiniteError(f"layer {self.name!r}, weight: {exc}") from None
+        q = quantize_layer_weight(self, weight)
         self.values.copy_(weight_values(q))
         if self.recipe.format == "fp8":
             self.decode.copy_(q.scales)
         else:
             self.decode.fill_(_nvfp4_global_scales(float(q.global_amax))[1])  # S_dec, exactly as formats
-        if (bias is None) != (self.bias is None):
-            raise ValueError(f"layer {self.name!r}: bias presence differs between source ({bias is not None}) and copy")
-        if bias is not None:
-            self.bias.copy_(bias.detach())
+        copy_layer_bias(self, bias)
 
     def dequantized_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight the layer multiplies by, values x per-tensor decode (for checks)."""

@@ -39,8 +39,34 @@ import torch
 
 __all__ = ["kernel", "native_kernel", "eager_numerics_options", "MIN_ELEMENTS", "enabled", "disable", "single_thread_if_small", "SMALL_ELEMENTS"]
 
+COMPILE_MIN_ENV = "SOLBENCH_QUANT_COMPILE_MIN"
+
+
+def _compile_min_from_env() -> tuple[int, str | None]:
+    """(MIN_ELEMENTS, what is wrong with SOLBENCH_QUANT_COMPILE_MIN or None). Read at import without failing (library
+    code imports this module); the command line refuses a bad value at its start (``check_env``)."""
+    default, raw = 1 << 16, os.environ.get(COMPILE_MIN_ENV)
+    if raw is None or not raw.strip():
+        return default, None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        return default, (f"{COMPILE_MIN_ENV}={raw!r} is not a whole number of elements >= 0 (tensors below it take "
+                         f"the eager path; default {default}); set a number or unset it")
+    return value, None
+
+
 # Tensors below this many elements take the eager path (a compiled call costs tens of us).
-MIN_ELEMENTS = int(os.environ.get("SOLBENCH_QUANT_COMPILE_MIN", 1 << 16))
+MIN_ELEMENTS, _ENV_PROBLEM = _compile_min_from_env()
+
+
+def check_env() -> None:
+    """ValueError naming SOLBENCH_QUANT_COMPILE_MIN where it is not a count (the CLI calls it at start)."""
+    if _ENV_PROBLEM:
+        raise ValueError(_ENV_PROBLEM)
+
 # Eager calls on tensors below this many elements run under one intra-op thread.
 # Measured on a shared 2-core Xeon (docs/quantization.md): below ~4M elements one thread beats two
 # whenever another process holds a core (each parallel region waits out a time slice), and costs
@@ -133,6 +159,16 @@ def _fake_nvfp4_rows(x2d: torch.Tensor, dtype: torch.dtype, one_sixth: torch.Ten
     `one_sixth` is fp32(1/6) as a 0-dim float32 tensor: a Python float argument would be traced as a
     symbolic double and make the product a double one.
     """
+    y, _, _, global_amax, decode = nvfp4_rows_e2m1(x2d, one_sixth)
+    # [n_blocks, 16]: reshaping back to [rows, K] in here made inductor add a scalar copy pass.
+    return (y * decode[:, None]).to(dtype), global_amax
+
+
+def nvfp4_rows_e2m1(x2d: torch.Tensor, one_sixth: torch.Tensor):
+    """TE's NVFP4 steps on a [rows, K] tensor (1x16 blocks) up to the rounded elements: (E2M1 values of
+    x * e_b as fp32 [rows * K / 16, 16], s_b, S_dec (0-dim), global amax, s_b * S_dec). The emulated layer
+    scales the elements back by s_b * S_dec (``_fake_nvfp4_rows``), the cpu_bf16 layer by s_b alone
+    (solbench.quant.cpu_bf16): one function, so their codes and scales cannot drift apart."""
     rows, k = x2d.shape
     blocks = x2d.float().reshape(rows * (k // 16), 16)
     amax = blocks.abs().amax(dim=-1)
@@ -147,8 +183,7 @@ def _fake_nvfp4_rows(x2d: torch.Tensor, dtype: torch.dtype, one_sixth: torch.Ten
     encode = torch.reciprocal(decode).clamp(max=_FLT_MAX)
     # Always saturating is exact: without the clamp every |y| < 7 rounds to at most 6 anyway.
     y = _round_to_grid(blocks * encode[:, None], 0, 1, 6.0, True)
-    # [n_blocks, 16]: reshaping back to [rows, K] in here made inductor add a scalar copy pass.
-    return (y * decode[:, None]).to(dtype), global_amax
+    return y, block_scale, decode_global, global_amax, decode
 
 
 def _encode_e2m1(blocks: torch.Tensor, encode: torch.Tensor, saturate: bool) -> torch.Tensor:

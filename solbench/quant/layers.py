@@ -13,50 +13,19 @@ checked up front and reported by `BackendUnavailableError`.
 
 from __future__ import annotations
 
-import weakref
 from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .common import BackendUnavailableError, te_rows_padded  # noqa: F401 (importable from here too)
+from .common import BackendUnavailableError, _SharedInputQuantization, te_rows_padded  # noqa: F401 (importable from here too)
 from .formats import NonFiniteError, fake_quantize
 from .cpu_bf16 import CpuBf16Linear, cpu_bf16_unavailable_reason
 from .native import NativeLinear, native_unavailable_reason
 from .recipes import QuantRecipe
 
 __all__ = ["QuantLinear", "TELinear", "BackendUnavailableError", "te_unavailable_reason"]
-
-
-class _SharedInputQuantization:
-    """Remembers the last activation an emulated layer quantized, so that sibling layers fed the
-    very same tensor (q/k/v projections, FLUX's proj_mlp) reuse the result instead of redoing it.
-
-    A hit needs the same tensor object at the same in-place version, grad mode and settings, so
-    a reused result is always bit-identical to recomputing it. The entry is one tuple, replaced
-    and read atomically, so concurrent forwards of one copy cannot mix entries.
-    """
-
-    __slots__ = ("_entry",)
-
-    def __init__(self) -> None:
-        self._entry = None
-
-    def get(self, x: torch.Tensor, key) -> Optional[torch.Tensor]:
-        entry = self._entry
-        if entry is None:
-            return None
-        source, version, grad, entry_key, result = entry
-        if source() is x and x._version == version and grad == torch.is_grad_enabled() and entry_key == key:
-            return result
-        return None
-
-    def put(self, x: torch.Tensor, key, result: torch.Tensor) -> None:
-        self._entry = (weakref.ref(x), x._version, torch.is_grad_enabled(), key, result)
-
-    def __reduce__(self):  # copies and pickles start empty (a weakref cannot be pickled)
-        return (type(self), ())
 
 
 class QuantLinear(nn.Module):

@@ -54,12 +54,10 @@ from .formats import (
     FLT_MAX,
     FP4_MAX,
     NVFP4_BLOCK,
-    NonFiniteError,
     _encode_e2m1_,
-    quantize,
     swizzle_scales_128x4,
 )
-from .common import BackendUnavailableError
+from .common import BackendUnavailableError, copy_layer_bias, quantize_layer_weight
 from .recipes import QuantRecipe
 
 __all__ = ["NativeLinear", "native_unavailable_reason", "quantize_fp8_rows", "quantize_fp8_rowwise", "quantize_nvfp4_rows",
@@ -191,14 +189,7 @@ class NativeLinear(nn.Module):
     @torch.no_grad()
     def load_weight(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
         """Quantize full-precision ``weight`` (and copy ``bias``) into the layer's buffers."""
-        if tuple(weight.shape) != (self.out_features, self.in_features):
-            raise ValueError(f"layer {self.name!r}: weight of shape {tuple(weight.shape)} does not fit "
-                             f"[out_features={self.out_features}, in_features={self.in_features}]")
-        try:
-            q = quantize(weight.detach().to(self.codes.device), self.recipe.format, self.recipe.weight_block,
-                         nonfinite=self.recipe.nonfinite)
-        except NonFiniteError as exc:
-            raise NonFiniteError(f"layer {self.name!r}, weight: {exc}") from None
+        q = quantize_layer_weight(self, weight, self.codes.device)
         if self.recipe.format == "fp8":
             self.codes.copy_(q.codes.view(torch.float8_e4m3fn))
             self.scales.copy_(q.scales)
@@ -207,10 +198,7 @@ class NativeLinear(nn.Module):
             self.codes.copy_(q.codes)
             self.scales.copy_(q.swizzled_scales())
             self.decode.fill_(_nvfp4_global_scales(float(q.global_amax))[1])  # S_dec, exactly as formats
-        if (bias is None) != (self.bias is None):
-            raise ValueError(f"layer {self.name!r}: bias presence differs between source ({bias is not None}) and copy")
-        if bias is not None:
-            self.bias.copy_(bias.detach())
+        copy_layer_bias(self, bias)
 
     def dequantized_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight the GEMM multiplies by, decoded (for checks; the forward never forms it)."""
@@ -298,7 +286,7 @@ def share_input_quantization(model: nn.Module) -> int:
     feeds the very same tensor (q/k/v, FLUX single blocks' attention and MLP input projections) quantize it once
     per forward: the emulated backend's ``_SharedInputQuantization`` (a hit needs the same tensor object at the
     same version, so a reused result is bit-identical to recomputing it). Returns how many layers share it."""
-    from .layers import _SharedInputQuantization
+    from .common import _SharedInputQuantization
 
     layers = [m for m in model.modules() if isinstance(m, NativeLinear)]
     shared = _SharedInputQuantization()

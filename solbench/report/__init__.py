@@ -3,7 +3,7 @@
 ``write_report(spec_or_experiment)`` reads ``results/<experiment>/*.parquet`` and writes
 ``reports/<experiment>/`` (index.md, index.html, one CSV per table, one PNG per figure). Report
 kinds are plugins: one function ``(Tables) -> Table | Figure | Note | list`` registered with
-``@report_kind``. Built-in kinds, in report order: findings, main_results, timing, learning_curves,
+``@report_kind``. Built-in kinds, in report order: findings, main_results, timing, cpu_prediction, learning_curves,
 reward_hacking, dose_response,
 convergence, ranking_fidelity, fidelity_by_iteration, ablations, sweep_heatmap, sweep_cells, cost_projection,
 sample_grids.
@@ -17,6 +17,7 @@ from solbench.report.tables import ReportOptions, Tables
 from solbench.report import findings as _findings  # noqa: E402,F401  isort: skip
 from solbench.report import main_results as _main_results  # noqa: E402,F401  isort: skip
 from solbench.report import timing as _timing  # noqa: E402,F401  isort: skip
+from solbench.report import cpu_check as _cpu_check  # noqa: E402,F401  isort: skip
 from solbench.report import hacking as _hacking  # noqa: E402,F401  isort: skip
 from solbench.report import dose as _dose  # noqa: E402,F401  isort: skip
 from solbench.report import curves as _curves  # noqa: E402,F401  isort: skip

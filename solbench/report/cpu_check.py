@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from solbench.report.registry import Table
+from solbench.report.registry import Table, report_kind
 from solbench.report.stats import fmt_num
 from solbench.report.tables import EVAL_PHASES, ROLLOUT_PHASES, Tables
 
@@ -52,6 +52,13 @@ def predicted_seconds(proj: pd.DataFrame, profile: str, rates: tuple[float, floa
     else:
         per_flop = np.where(explore, 1.0 / low, 1.0 / full)
     return pd.Series(flops * per_flop, index=proj.index)
+
+
+@report_kind("cpu_prediction", title="Table 5 on this CPU: predicted from its measured rates", order=21)
+def cpu_prediction(tables: Tables):
+    """The section: the prediction table on CPU runs that measured their rates; nothing elsewhere."""
+    table = cpu_prediction_table(tables)
+    return [] if table is None else [table]
 
 
 def cpu_prediction_table(tables: Tables) -> Table | None:

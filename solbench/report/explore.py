@@ -18,7 +18,10 @@ FORMAT_NAMES = {"none": "step budget only (full precision)", "nvfp4": "NVFP4", "
                 "fp8_e5m2": "FP8 (E5M2, per tensor)"}
 BACKEND_NAMES = {"emulated": "emulated backend (fake-quantized in full precision)",
                  "te": "TransformerEngine backend", "torch": "torch scaled-matmul backend",
+                 "cpu_bf16": "cpu_bf16 backend (the format's values on the CPU's bf16 units)",
                  "auto": "backend auto (each run's choice in its explore.json)"}
+# Backends whose explore copy computes on low-precision units (a clock of theirs speaks to the method's speed)
+LOW_PRECISION_BACKENDS = frozenset({"te", "torch", "cpu_bf16"})
 
 
 def recipe_format(recipe: str) -> str:
@@ -89,6 +92,25 @@ def mac_share_text(fidelity_runs: pd.DataFrame, recipe: str) -> str:
         if len(q) == 1 and len(n) == 1:
             layers = f" ({int(q[0])} of {int(n[0])} Linears)"
     return f"{100 * shares[0]:.1f} % of the linear MACs in low precision{layers}"
+
+
+def explore_backends(runs: pd.DataFrame) -> set[str]:
+    """The backends the explore copies of ``runs`` computed on: each run's resolved choice (``explore_backend``,
+    from its explore.json) where recorded, else its spec's ``p_quant.backend``."""
+    out = set()
+    for _, row in runs.iterrows():
+        value = row.get("explore_backend")
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            value = row.get("p_quant.backend")
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            out.add(str(value))
+    return out
+
+
+def on_low_precision_units(runs: pd.DataFrame) -> bool:
+    """Whether every explore copy of ``runs`` computed on low-precision units (te, torch, cpu_bf16)."""
+    backends = explore_backends(runs)
+    return bool(backends) and backends <= LOW_PRECISION_BACKENDS
 
 
 def explore_runs(tables) -> pd.DataFrame:

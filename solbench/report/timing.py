@@ -261,12 +261,6 @@ def timing(tables: Tables):
     else:
         outputs.append(Note("Table 5 pair", f"No done runs of both `{opts.baseline_method}` and `{opts.target_method}` "
                                            "on the same model: the speedup table needs both (per-arm timings follow)."))
-    from solbench.report.cpu_check import cpu_prediction_table
-
-    prediction = cpu_prediction_table(tables)  # on CPU: the ratios this CPU's measured rates predict, beside the clock
-    if prediction is not None:
-        outputs.append(prediction)
-
     # every arm, with the per-phase medians
     explore_ids = set(tables.timings.loc[tables.timings["precision"] == "explore", "run_id"])
     phases = _phase_order(phase_med["phase"].unique())
