@@ -12,8 +12,14 @@
    - its time against the bf16 F.linear and the emulated layer;
    - FP8: the CUDA kernels its input quantizer launches (the compiled two-pass kernel: at most two, plus
      a small second stage where inductor splits the amax reduction), and with fast accumulation
-     (quant.fast_accum) its error against the emulated layer and its time.
+     (quant.fast_accum) its error against the emulated layer and its time;
+   the same for FP8 with rowwise scales (``native_fp8_rowwise``: a scale per token and per output channel,
+   fp8_rowwise_flux's arithmetic), its operands against formats.quantize(x, "fp8", "channel").
 3. fp32 LoRA on a bf16 CUDA transformer: adapters, gradients and AdamW state in fp32.
+4. The GEMM table (``gemm_table``, about 10 s): the bf16 ``F.linear`` against ``torch._scaled_mm`` on operands
+   already in FP8, tensorwise and rowwise scales, each with and without fast accumulation, at FLUX's shapes
+   (16384 rows; 3072 -> 3072, 3072 -> 12288, 12288 -> 3072, 3072 -> 9216 for a fused q/k/v): the GEMM speed-up
+   the explore copy's ratio rests on, measured. Each variant's error, if any, is its cell.
 On a CPU the device checks are skipped and say so (the CPU tests cover that ground); the script itself
 is exercised there by tests/test_gpu_scripts.py.
 """
@@ -69,13 +75,17 @@ def environment() -> dict:
     return env
 
 
-def native_backend(fmt: str) -> dict:
-    """Section 2 for ``fmt`` ("fp8" | "nvfp4") at FLUX's attention and MLP shapes."""
+def native_backend(kind: str) -> dict:
+    """Section 2 for ``kind`` ("fp8" | "fp8_rowwise" | "nvfp4") at FLUX's attention and MLP shapes."""
     from solbench import quant
     from solbench.quant import formats
-    from solbench.quant.native import NativeLinear, native_unavailable_reason, quantize_fp8_rows, quantize_nvfp4_rows
+    from solbench.quant.native import (NativeLinear, native_unavailable_reason, quantize_fp8_rows, quantize_fp8_rowwise,
+                                       quantize_nvfp4_rows)
 
-    recipe = quant.get_recipe("fp8_w8a8" if fmt == "fp8" else "nvfp4_w4a4").replace(backend="torch")
+    recipe = quant.get_recipe({"fp8": "fp8_w8a8", "fp8_rowwise": "fp8_rowwise_flux", "nvfp4": "nvfp4_w4a4"}[kind])
+    recipe = recipe.replace(backend="torch", skip=(), min_dim=0)
+    fmt = recipe.format
+    quantize_rows = quantize_fp8_rowwise if recipe.rowwise else quantize_fp8_rows
     reason = native_unavailable_reason(recipe)
     if reason is not None or not torch.cuda.is_available():
         return {"skipped": reason or "no CUDA device"}
@@ -89,8 +99,8 @@ def native_backend(fmt: str) -> dict:
         emulated = quant.QuantLinear.from_linear(linear, recipe.replace(backend="emulated"), name="check")
         # operands: the sync-free quantizer against solbench's, on this GPU
         if fmt == "fp8":
-            codes, decode = quantize_fp8_rows(x)
-            ref = formats.quantize(x, "fp8")
+            codes, decode = quantize_rows(x)
+            ref = formats.quantize(x, "fp8", recipe.activation_block)
             same = (bool(torch.equal(codes.view(torch.uint8), ref.codes.view(torch.uint8)))
                     and bool(torch.equal(decode, ref.scales)))
         else:
@@ -119,7 +129,7 @@ def native_backend(fmt: str) -> dict:
             t_bf16 = _timed(lambda: F.linear(x, linear.weight, linear.bias))
             t_native = _timed(lambda: native(x))
             t_emulated = _timed(lambda: emulated(x), repeats=5)
-            extra = _fp8_extras(native, x, ref_y, t_bf16) if fmt == "fp8" else {}
+            extra = _fp8_extras(native, x, ref_y, t_bf16, quantize_rows) if fmt == "fp8" else {}
         flops = 2 * rows * k * n
         out["shapes"].append({"rows": rows, "in": k, "out": n, "operands_bit_exact": same, "weights_bit_exact": weights_same,
                               "host_sync_free": not synced, "relative_error_vs_emulated_operands": rel,
@@ -131,17 +141,17 @@ def native_backend(fmt: str) -> dict:
     return out
 
 
-def _fp8_extras(native, x, ref_y, t_bf16: float) -> dict:
+def _fp8_extras(native, x, ref_y, t_bf16: float, quantize_rows) -> dict:
     """The FP8 layer's input quantizer's CUDA kernel count, and the layer with fast accumulation: its
     relative error against the emulated layer's numbers and its speed against the bf16 F.linear."""
     from torch.profiler import ProfilerActivity, profile
 
-    from solbench.quant.native import quantize_fp8_rows, set_fast_accum
+    from solbench.quant.native import set_fast_accum
 
-    quantize_fp8_rows(x)  # compiled before profiling
+    quantize_rows(x)  # compiled before profiling
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        quantize_fp8_rows(x)
+        quantize_rows(x)
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     set_fast_accum(native, True)
@@ -153,6 +163,50 @@ def _fp8_extras(native, x, ref_y, t_bf16: float) -> dict:
     return {"quantizer_kernels": len(kernels), "quantizer_kernel_names": kernels[:6],
             "relative_error_fast_accum_vs_emulated_operands": float((y.float() - ref_y).norm() / ref_y.norm()),
             "fast_accum_speedup_vs_bf16": t_bf16 / t_fast}
+
+
+GEMM_SHAPES = ((16384, 3072, 3072), (16384, 3072, 12288), (16384, 12288, 3072), (16384, 3072, 9216))
+GEMM_VARIANTS = ("fp8_tensorwise", "fp8_tensorwise_fast", "fp8_rowwise", "fp8_rowwise_fast")
+
+
+def gemm_table(device=None, shapes=GEMM_SHAPES, timer=None) -> dict:
+    """Section 4: per shape (rows, in, out), TFLOP/s of the bf16 F.linear and of torch._scaled_mm on FP8 operands
+    (tensorwise: 0-dim scales; rowwise: [M, 1] and [1, N]; ``_fast``: use_fast_accum), and each FP8 variant's
+    speed-up over bf16. Only the GEMM: the operands are quantized before timing. ``timer(fn)`` gives seconds
+    (default: the CUDA-event median); a variant that raises has its error instead of numbers."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type != "cuda" and timer is None:
+        return {"skipped": "no CUDA device"}
+    timer = timer or _timed
+    torch.manual_seed(0)
+    table = []
+    for m, k, n in shapes:
+        x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        w = torch.randn(n, k, device=device, dtype=torch.bfloat16) / k ** 0.5
+        a, b = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn).t()  # b column-major, as cuBLAS wants it
+        one = torch.ones((), device=device)
+        scales = {"tensorwise": (one, one),
+                  "rowwise": (torch.ones(m, 1, device=device), torch.ones(1, n, device=device))}
+        flops = 2 * m * k * n
+        row = {"rows": m, "in": k, "out": n}
+        calls = {"bf16": lambda: F.linear(x, w)}
+        for variant in GEMM_VARIANTS:
+            sa, sb = scales[variant.split("_")[1]]
+            fast = variant.endswith("_fast")
+            calls[variant] = (lambda sa=sa, sb=sb, fast=fast:
+                              torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast))
+        for name, fn in calls.items():
+            try:
+                seconds = timer(fn)
+                row[f"{name}_tflops"] = float(f"{flops / seconds / 1e12:.4g}")  # 4 significant digits
+            except Exception as err:  # one variant this torch/GPU lacks: its cell says why
+                row[f"{name}_error"] = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+        for variant in GEMM_VARIANTS:
+            if f"{variant}_tflops" in row and "bf16_tflops" in row:
+                row[f"{variant}_speedup_vs_bf16"] = round(row[f"{variant}_tflops"] / row["bf16_tflops"], 3)
+        table.append(row)
+        del x, w, a, b
+    return {"device": str(device), "shapes": table}
 
 
 def lora_state() -> dict:
@@ -189,8 +243,9 @@ def main() -> int:
     start = time.perf_counter()
     report = {"environment": environment()}
     print(json.dumps(report["environment"], indent=1), flush=True)
-    for name, fn in (("native_fp8", lambda: native_backend("fp8")), ("native_nvfp4", lambda: native_backend("nvfp4")),
-                     ("lora_fp32_on_bf16", lora_state)):
+    for name, fn in (("gemm_table", gemm_table), ("native_fp8", lambda: native_backend("fp8")),
+                     ("native_fp8_rowwise", lambda: native_backend("fp8_rowwise")),
+                     ("native_nvfp4", lambda: native_backend("nvfp4")), ("lora_fp32_on_bf16", lora_state)):
         try:
             report[name] = fn()
         except Exception as err:  # a check that crashes is a failed check; the others still run

@@ -46,6 +46,14 @@ ln -s "$PWD/methods" "$WORK/pkg/solbench/methods"
 # where solbench/ has no methods/ subpackage; the laid-out copy in $WORK/pkg is the one to import.
 export PYTHONPATH="${SITE}$WORK/pkg${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PYTHONSAFEPATH=1
 
+# Without diffusers and pydantic every step fails on its first import: stop now, with the reason, not after
+# the check and the speed script have each failed on it.
+if ! "$PYTHON" -c "import diffusers, pydantic" 2>"$WORK/import.err"; then
+  echo "gpu_measure: diffusers or pydantic does not import ($(tail -n 1 "$WORK/import.err")); carry the wheels:"
+  echo "gpu_measure: bash scripts/fetch_gpu_wheels.sh on the session's machine, then run(..., carry=[\".whl\"])"
+  exit 4
+fi
+
 DEADLINE_S=${DEADLINE_S:-585}
 status=0
 if [ -z "${SOLBENCH_SKIP_CHECK:-}" ]; then

@@ -68,11 +68,32 @@ def test_gpu_measure_script_runs_the_check_and_the_measurement_and_collects_thei
     # the rollout arms at the spec's Sol-RL shapes (micro-batch 4), eager on this CPU; the compiled rows need CUDA
     with (out / "rollout_speed.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    assert list(rows[0]) == ["arm", "precision", "compiled", "batch", "seconds_per_forward", "tflops"]
-    assert [(r["arm"], r["compiled"], r["batch"]) for r in rows] == [("lora", "False", "4"), ("merged", "False", "4"),
-                                                                     ("explore", "False", "4")]
-    assert all(float(r["seconds_per_forward"]) > 0 and float(r["tflops"]) > 0 for r in rows)
+    assert list(rows[0]) == ["arm", "precision", "compiled", "batch", "seconds_per_forward", "tflops", "compile_seconds",
+                             "error"]
+    # the default plan's eager arms (explore_fast has no fast accumulation to add on a CPU: skipped, saying so)
+    assert [(r["arm"], r["compiled"], r["batch"]) for r in rows] == [("merged", "False", "4"), ("explore_rowwise", "False", "4"),
+                                                                     ("explore", "False", "4"), ("lora", "False", "4")]
+    assert all(float(r["seconds_per_forward"]) > 0 and float(r["tflops"]) > 0 and not r["error"] for r in rows)
     speed = json.loads((out / "rollout_speed.json").read_text())
     assert "compiled arms" in speed["skipped"][0] and "merged_vs_lora_eager" in speed["ratios"]
     log = (out / "gpu_measure.log").read_text()
     assert "no wheels in" in log and "status 0" in log
+
+
+def test_gpu_measure_stops_at_once_when_diffusers_does_not_import(tmp_path):
+    """The bug: without the carried wheels the script warned and went on, and every step then failed on
+    `import diffusers` after the GPU machine had started. Now it stops before the first step, exit 4, saying why
+    and how to carry the wheels."""
+    python, site = _python_without_solbench(tmp_path)
+    for entry in Path(site).iterdir():
+        if entry.name.lower().startswith("diffusers"):
+            entry.unlink()
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHON=python, PYTHONPATH=site, OUT=str(out), SOLBENCH_WHEELS=str(tmp_path / "no-wheels"))
+    proc = subprocess.run(["bash", "scripts/gpu_measure.sh", "experiments/flux_main.yaml", "120"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "diffusers or pydantic does not import (ModuleNotFoundError: No module named 'diffusers')" in proc.stdout
+    assert "fetch_gpu_wheels.sh" in proc.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_measure.log"]  # nothing ran

@@ -162,3 +162,21 @@ def test_quantize_fp8_rows_is_still_per_tensor():
     """The per-tensor quantizer is untouched by the rowwise one (one 0-dim scale)."""
     codes, decode = quantize_fp8_rows(torch.randn(16, 32))
     assert decode.shape == () and codes.dtype == torch.float8_e4m3fn
+
+
+def test_shared_scaled_matmul_layers_compile_to_the_eager_bits():
+    """Inside a compiled forward the shared-input cache is bypassed (dynamo cannot trace its identity check;
+    inductor fuses the siblings' quantizers itself): q/k/v of a sharing copy compile without a graph break
+    (fullgraph) and give the eager layers' bits, per-tensor and rowwise. Catches the cache breaking compiled
+    sampling of the explore copy."""
+    for recipe in (quant.get_recipe("fp8_w8a8"), ROWWISE):
+        copy = quant.quantized_copy(_Attention().to(torch.bfloat16), recipe.replace(backend="torch"))
+        share_input_quantization(copy)
+
+        def qkv(x):
+            return [copy.to_q(x), copy.to_k(x), copy.to_v(x)]
+
+        x = torch.randn(2, 16, 64, dtype=torch.bfloat16)
+        with torch.no_grad():
+            want, got = qkv(x), torch.compile(qkv, fullgraph=True)(x)
+        assert all(torch.equal(a, b) for a, b in zip(want, got)), recipe.name

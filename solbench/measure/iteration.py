@@ -14,6 +14,14 @@ selection, and the result says so.
 Left out, by construction: the other ranks (no gathers or gradient all-reduce), the other 47 prompt
 groups of an iteration (phase times scale with images; a rank's per-phase peak does not, past one
 micro-batch), evaluation, checkpoint writing, and the time to load real weights.
+
+Every timed phase must do its work: reward models on random weights score every image alike (ImageReward's
+random head gives one value to 1e-4, CLIPScore clips to 0), and a method that drops tied groups (FlowGRPO keeps
+only nonzero advantages) would train nothing and report its train phase as a time. So the measured rewards are
+``UntiedReward``: the reward model still runs on every image (its time and memory are measured), and each image's
+mean pixel value is added to its score, a deterministic stand-in that differs between images. Each phase row
+says whether it did work (``did_work``: FLOPs for sampling and training, a changed trainable parameter for
+train, images for reward); one that did not is reported as unmeasured, not as a time (measure.md).
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ import torch
 
 from solbench.timing import PhaseTimer
 
-__all__ = ["MeasuringTimer", "measure_spec", "predicted_items", "predicted_phase_gb", "PRIORITY"]
+__all__ = ["MeasuringTimer", "UntiedReward", "did_work", "measure_spec", "predicted_items", "predicted_phase_gb",
+           "PRIORITY"]
 
 PRIORITY = ("sol_rl", "naive_scaling")  # measured first: the paper's headline comparison
 PROMPTS = ["a photo of a red fox sitting in fresh snow", "an empty prompt-free street at night"]
@@ -98,6 +107,46 @@ class MethodMeasurement:
     predicted: dict = field(default_factory=dict)
     error: str = ""
     context_lost: bool = False  # the error left the CUDA context unusable (solbench.measure.iteration)
+    trained: bool | None = None  # a trainable parameter changed in the iteration (None: the iteration failed first)
+
+
+class UntiedReward:
+    """A reward model on random weights whose scores do not tie: its own score plus each image's mean pixel
+    value (a deterministic stand-in that differs between images; see the module docstring). Attributes (its
+    ``batch_size``, ``load``) are the wrapped model's."""
+
+    def __init__(self, reward) -> None:
+        object.__setattr__(self, "inner", reward)
+
+    def __call__(self, images: torch.Tensor, prompts) -> torch.Tensor:
+        scores = self.inner(images, prompts)
+        stand_in = images.detach().float().mean(dim=tuple(range(1, images.dim())))
+        return scores + stand_in.to(scores.device, scores.dtype)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name, value) -> None:
+        setattr(self.inner, name, value)
+
+
+def _fingerprint(params) -> torch.Tensor:
+    """Per trainable tensor, its sum and sum of squares (float64, on the host): equal before and after an
+    iteration only if no parameter moved (to float64 rounding)."""
+    with torch.no_grad():
+        return torch.stack([torch.stack([p.double().sum(), p.double().square().sum()]) for p in params]).cpu()
+
+
+def did_work(row: dict, trained: bool | None) -> bool | None:
+    """Whether a measured phase did the work it is timed for: FLOPs for the sampling phases, FLOPs and a changed
+    parameter for train, images for reward; None for bookkeeping phases (select, sync, compile)."""
+    if row["phase"] in ("explore", "regenerate", "rollout"):
+        return bool(row["flops"])
+    if row["phase"] == "train":
+        return bool(row["flops"]) and bool(trained)
+    if row["phase"] == "reward":
+        return bool(row["n_images"])
+    return None
 
 
 def _device() -> torch.device:
@@ -196,8 +245,10 @@ def _measure_run(cfg, *, device: torch.device, tiny: bool, rewards: dict, workdi
     result.predicted = predicted_items(cfg, recipe.format if explore is not None else None)
     start = time.perf_counter()
     trainer.step = 1
+    before = _fingerprint(trainer.params)
     try:
         trainer.train_iteration()
+        result.trained = not torch.equal(before, _fingerprint(trainer.params))
     except Exception as err:  # what ran until then is still reported, with the phase that failed
         what = "out of GPU memory" if isinstance(err, torch.cuda.OutOfMemoryError) else type(err).__name__
         result.error = f"{what} in phase {timer.failed or '?'}: {_first_line(err)}"
@@ -214,6 +265,7 @@ def _measure_run(cfg, *, device: torch.device, tiny: bool, rewards: dict, workdi
             "peak_gb": round(peak / 1e9, 6),
             "predicted_gb": predicted_phase_gb(result.predicted, record.phase),
         })
+        result.phases[-1]["did_work"] = did_work(result.phases[-1], result.trained)
     del trainer, adapter
     gc.collect()
     if device.type == "cuda" and not result.context_lost:
@@ -289,17 +341,22 @@ def _hardware_profile() -> str | None:
 
 def measure_spec(spec_path, out_dir, *, tiny: bool = False, budget_s: float = 480.0,
                  methods: list[str] | None = None, device: torch.device | str | None = None,
-                 isolate: bool = False) -> dict:
+                 isolate: bool = False, configure=None) -> dict:
     """Measure one iteration per method of ``spec_path`` here; write measure.json and measure.md to
     ``out_dir`` and return the JSON. Stops starting methods when the next would overrun ``budget_s``.
 
     ``isolate``: each method in its own process (`solbench doctor SPEC --measure --methods M`), so an
     error that leaves the CUDA context unusable ends that method's row only; without it such an error
-    leaves the remaining methods out, saying why."""
+    leaves the remaining methods out, saying why. ``configure(cfg) -> cfg`` changes each method's run before it is
+    measured (the tests' smaller sizes; not with ``isolate``, whose children read the spec themselves)."""
     from solbench.measure.table import write_outputs
 
     start = time.perf_counter()
     runs = _method_runs(spec_path, methods)
+    if configure is not None:
+        if isolate:
+            raise ValueError("measure_spec: configure changes runs in this process; isolated children would not see it")
+        runs = [configure(cfg) for cfg in runs]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if isolate:  # this process touches no GPU: the children's peaks and memory are their own
@@ -363,7 +420,7 @@ def _rewards(runs, device: torch.device, tiny: bool) -> dict:
     for reward in rewards.values():
         if callable(getattr(reward, "load", None)):
             reward.load()
-    return rewards
+    return {name: UntiedReward(reward) for name, reward in rewards.items()}
 
 
 def _measure_in_child(spec_path, cfg, *, tiny: bool, workdir: Path) -> tuple[MethodMeasurement, dict]:

@@ -37,8 +37,9 @@ def markdown(result: dict) -> str:
         for row in m["phases"]:
             seconds, tflop = row["seconds"], (row["flops"] / 1e12 if row["flops"] else None)
             ratio = row["peak_gb"] / row["predicted_gb"] if row.get("predicted_gb") else None
+            idle = row.get("did_work") is False  # a phase that did no work has no time worth printing
             lines.append("| " + " | ".join(_fmt(v) for v in (
-                m["method"], row["phase"], row["precision"], row["n_images"], seconds,
+                m["method"], row["phase"], row["precision"], row["n_images"], "unmeasured (no work)" if idle else seconds,
                 tflop / seconds if tflop and seconds else None, row["seconds_per_forward"],
                 row.get("projected_seconds_per_forward"), row["peak_gb"], row.get("predicted_gb"), ratio)) + " |")
     lines.append("")
@@ -47,6 +48,8 @@ def markdown(result: dict) -> str:
         if m["recipe"]:
             extra.append(f"explore copy {m['recipe']} on backend {m['backend']}")
         extra += m["notes"]
+        if m.get("trained") is False:
+            extra.append("**no trainable parameter changed: the train phase did no work**")
         if m["error"]:
             extra.append(f"**stopped: {m['error']}**")
         lines.append(f"- {m['method']} ({m['run_id']}): " + "; ".join(extra))
