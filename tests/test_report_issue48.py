@@ -386,6 +386,9 @@ def test_ablation_value_labels_sit_beside_the_bars_and_the_y_label_names_the_ste
     assert "final" not in ax.get_ylabel() and "step 4" in ax.get_ylabel()
     labels = [t for t in ax.texts if t.get_text() != ""]
     assert labels and all(t.xyann[0] > 0 and t.xyann[1] == 0 for t in labels)
+    chart.figure.canvas.draw()  # one axis: the title wraps inside the figure's 3.6 inches
+    box = chart.figure._suptitle.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= chart.figure.bbox.width
 
 
 def test_a_long_arm_label_does_not_clip_the_sample_grid_title(tmp_path):
@@ -402,3 +405,18 @@ def test_a_long_arm_label_does_not_clip_the_sample_grid_title(tmp_path):
     fig.canvas.draw()
     box = fig._suptitle.get_window_extent()
     assert box.x0 >= 0 and box.x1 <= fig.bbox.width
+
+
+def test_table4_gives_the_precisions_part_alone_where_a_step_budget_control_measured_the_checkpoint(tmp_path):
+    """Catches a Table 4 row that mixes the explore copy's fewer steps with its precision and never says how much is
+    the precision: with a recipe-none run of the same checkpoint (the base model, whose run seed is missing on both
+    sides), the row adds explore copy - full-precision network at the same explore steps, paired per candidate."""
+    tables, cand = _fidelity_tables(tmp_path, "ctl", [("fid-none", "none", None), ("fid-base", "nvfp4_tiny_flux", None)])
+    data = _named(tables, "findings", "findings").data
+    row = data[data["claim"].str.endswith("base model") & (data["paper_table"] == "Table 4")
+               & (data["metric"] == "shapes_clip")].iloc[0]
+    e = cand[(cand.precision == "explore") & (cand.reward_name == "shapes_clip")]
+    a = e[e.run_id == "fid-base"].set_index(["prompt_id", "cand_idx"]).reward
+    b = e[e.run_id == "fid-none"].set_index(["prompt_id", "cand_idx"]).reward
+    expected = float((a - b).mean() / b.mean())
+    assert "The precision alone" in row["detail"] and f"{expected:+.2%}" in row["detail"]

@@ -185,7 +185,10 @@ def _ablation_figure(tables: Tables, model: str, method: str, name: str, runs: p
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         plotted.append(r)
-    fig.suptitle(f"{name} ablations, {model}: paired Δ {metric} from the default arm at equal iterations", fontsize=10)
+    import textwrap
+
+    title = f"{name} ablations, {model}: paired Δ {metric} from the default arm at equal iterations"
+    fig.suptitle(textwrap.fill(title, max(30, int(3.6 * len(axes) * 11))), fontsize=10)  # never wider than the figure
     return Figure(f"ablations_{model}_{method}_chart", f"Ablations of {name}, {model}: one setting at a time", fig, (
         f"Paired difference in `{metric}` of each setting from the default arm ({default_arm}) at the last evaluation "
         "both reached (equal iterations), the other method settings held at their most common value (named under each "

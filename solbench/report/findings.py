@@ -122,7 +122,8 @@ def primary_note(level: float) -> Note:
     listing = "; ".join(f"{table}: {claim}" for table, claim in PRIMARY)
     return Note("Primary claims, named before the data", (
         f"One per paper table, fixed in the code before any result is read (solbench.report.findings.PRIMARY): "
-        f"{listing}. Each is judged on the training reward, at the {level:.0%} level, by the rule below; the column "
+        f"{listing}. Each is judged on the training reward (Table 4 on shapes_clip, the CLIP score's counterpart, where "
+        f"the results have it), at the {level:.0%} level, by the rule below; the column "
         "`primary` marks its row. Every other row (the held-out rewards, other arms, recipes and checkpoints, "
         "convergence, the decline tests) is exploratory: no correction for multiple comparisons is applied, so among "
         "many exploratory rows some verdicts come out by chance (about 1 in 20 of the claims that are in truth "

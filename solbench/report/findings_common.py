@@ -17,7 +17,7 @@ REWARDS_DISAGREE = "rewards disagree"
 TRAINING, HELD_OUT = "training", "held-out"
 #: the eval reward that stands for the paper's own reward of a claim (Table 4: shapes_clip for the CLIP score); where
 #: a claim has one, it leads the claim instead of the training reward
-PAPER_REWARD = "the paper's reward's counterpart"
+PAPER_REWARD = "counterpart of the paper's reward"
 #: a binary reward's Table 8 row: described, not judged against a threshold set for graded rewards
 NOT_JUDGED = "not judged (binary reward)"
 

@@ -58,9 +58,12 @@ def _precision_only(tables: Tables, info: pd.DataFrame, ids, reward: str) -> str
     ctrl = info[(info["recipe"] == "none")]
     mine = info[info["run_id"].isin(list(ids))]
     pairs = []
+    def key(v) -> str:  # the base model's seed is missing: missing matches missing
+        return "-" if pd.isna(v) else str(v)
+
     for _, run in mine.iterrows():
-        same = ctrl[(ctrl["checkpoint"] == run["checkpoint"]) & (ctrl["step"].astype(str) == str(run["step"]))
-                    & (ctrl["seed"].astype(str) == str(run["seed"]))]
+        same = ctrl[(ctrl["checkpoint"] == run["checkpoint"]) & (ctrl["step"].map(key) == key(run["step"]))
+                    & (ctrl["seed"].map(key) == key(run["seed"]))]
         if same.empty:
             continue
         a, b = _pairs(tables, [run["run_id"]]), _pairs(tables, [same["run_id"].iloc[0]])
@@ -73,7 +76,7 @@ def _precision_only(tables: Tables, info: pd.DataFrame, ids, reward: str) -> str
     if not pairs:
         return ""
     both = pd.concat(pairs)
-    m = both.groupby(["seed", "prompt_id"])["diff"].mean().unstack().dropna(axis=1)
+    m = both.groupby(["seed", "prompt_id"], dropna=False)["diff"].mean().unstack().dropna(axis=1)
     ci = paired_ci(m.to_numpy(float))
     scale = float(both["proxy_ctrl"].mean()) or 1.0
     return (f" The precision alone (explore copy - the full-precision network at the same explore steps, the step-budget "
