@@ -120,7 +120,7 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
         sampler = method_sampler or get_method("sol_rl").Config().sampler
     guidance = settings.guidance if settings.guidance is not None else (run.sampling.guidance if run else None)
     shift = settings.shift if settings.shift is not None else (run.sampling.shift if run else None)
-    for label, value in (("--seeds", settings.seeds), ("--steps", settings.steps), ("--threads", settings.threads),
+    for label, value in (("--steps", settings.steps), ("--threads", settings.threads),
                          ("--explore-steps", settings.explore_steps), ("--n-prompts", settings.n_prompts)):
         if value is not None and value < 1:
             raise ConfigError(f"{label} must be >= 1, got {value}")

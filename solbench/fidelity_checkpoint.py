@@ -9,10 +9,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from solbench.config import RunConfig
 from solbench.errors import ConfigError
+from solbench.results.checkpoint import UnreadableCheckpoint, missing_keys, read_checkpoint
 
 
 @dataclass
@@ -46,9 +45,16 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                               "or a checkpoint file inside one")
         store = RunStore(run_dir, run_dir.name)
         files = store.checkpoint_files()
-        latest = store.latest_checkpoint() if files else None
+        latest = store.latest_checkpoint(_lacking) if files else None
         if latest is None:
-            raise ConfigError(f"--checkpoint {path}: the run has no readable checkpoint in {run_dir / 'checkpoints'}")
+            why = ""
+            if files:  # every file refused: say why the newest was (the log said it of each)
+                try:
+                    read_checkpoint(files[-1][1], _lacking)
+                except UnreadableCheckpoint as err:
+                    why = f" (the newest: {err})"
+            raise ConfigError(f"--checkpoint {path}: the run has no readable checkpoint in {run_dir / 'checkpoints'}"
+                              f"{why}")
         step, state = latest
         ckpt_path = dict(files).get(step, files[-1][1])  # the file of the step it holds
         skipped = [file for file_step, file in files if file_step > step]
@@ -59,18 +65,34 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                               "LoRA settings are unknown")
         ckpt_path, skipped = path, []
         try:
-            payload = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-            step, state = int(payload["step"]), payload["state"]
-        except Exception as err:  # noqa: BLE001 - report any unreadable file the same way
-            raise ConfigError(f"--checkpoint {path}: cannot read {ckpt_path} as a solbench checkpoint ({err})") \
-                from err
+            step, state = read_checkpoint(ckpt_path, _lacking)
+        except UnreadableCheckpoint as err:
+            raise ConfigError(f"--checkpoint {path}: cannot read {ckpt_path} as a solbench checkpoint ({err.why})") \
+                from None
     else:
         raise ConfigError(f"--checkpoint {path}: no such run folder or file")
-    if "nets" not in state:
-        raise ConfigError(f"--checkpoint {path}: the checkpoint holds no network weights ('nets')")
-    config = RunConfig.from_dict(json.loads((run_dir / "spec.json").read_text()))
+    config = _run_config(path, run_dir)
     notes = _checkpoint_notes(path, run_dir, step, config.iterations, skipped)
     return Checkpoint(config, step, state, ckpt_path, state.get("run_id") or run_dir.name, notes)
+
+
+#: What fidelity reads from a checkpoint's state (PolicyNets.load_state_dict): a file lacking any is unreadable.
+FIDELITY_KEYS = {"nets": {"mode": None, "ema_updates": None, "trainable": None}}
+
+
+def _lacking(state: dict) -> str | None:
+    problem = missing_keys(state, FIDELITY_KEYS)
+    return f"{problem} (it holds no network weights fidelity can measure)" if problem else None
+
+
+def _run_config(path: Path, run_dir: Path) -> RunConfig:
+    """The RunConfig of the run folder's spec.json; ConfigError naming the file where it is not one."""
+    spec_file = run_dir / "spec.json"
+    try:
+        return RunConfig.from_dict(json.loads(spec_file.read_text()))
+    except (OSError, ValueError, TypeError) as err:
+        raise ConfigError(f"--checkpoint {path}: {spec_file} is not a run's spec ({type(err).__name__}: {err}); "
+                          f"`solbench run SPEC --force --only {run_dir.name}` reruns the run") from None
 
 
 def _checkpoint_notes(path: Path, run_dir: Path, step: int, iterations: int, skipped: list[Path]) -> list[str]:

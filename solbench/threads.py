@@ -40,6 +40,8 @@ ENV_THREADS = "SOLBENCH_THREADS"
 LOCAL_WORKER_ENV = "SOLBENCH_LOCAL_WORKER"
 #: Where the per-core lock files live (one folder per user, shared by every solbench process).
 LOCK_DIR_ENV = "SOLBENCH_CORE_LOCKS"
+#: The most threads a run may set (numerics.threads, fidelity --threads): no CPU solbench runs on has more cores.
+MAX_THREADS = 1024
 
 
 @dataclass
@@ -68,12 +70,29 @@ class CpuAllocation:
 
 
 def check_env() -> None:
-    """Raise ValueError for SOLBENCH_THREADS: a count from outside the spec would change a run's numbers
-    without its run id saying so."""
+    """Raise ValueError for SOLBENCH_THREADS (a count from outside the spec would change a run's numbers
+    without its run id saying so) and for a SOLBENCH_CORE_LOCKS that cannot be a folder."""
     raw = os.environ.get(ENV_THREADS)
     if raw is not None:
         raise ValueError(f"{ENV_THREADS}={raw!r} is not read any more: a run's thread count is its spec's "
                          "numerics.threads (default 1, part of the run id); unset it and set that instead")
+    problem = _lock_dir_problem(os.environ.get(LOCK_DIR_ENV))
+    if problem:
+        raise ValueError(problem)
+
+
+def _lock_dir_problem(raw: str | None) -> str | None:
+    """Why SOLBENCH_CORE_LOCKS=``raw`` cannot hold the core lock files (a path at or under a file), else None."""
+    if not raw:
+        return None
+    for path in (Path(raw), *Path(raw).parents):
+        if path.exists() or path.is_symlink():
+            if path.is_dir():
+                return None
+            what = "is" if path == Path(raw) else f"is under {path}, which is"
+            return (f"{LOCK_DIR_ENV}={raw!r} {what} not a folder: it names the folder of the per-core lock files "
+                    "(solbench.threads); point it at a folder or unset it")
+    return None
 
 
 def available_cores() -> list[int]:
@@ -97,6 +116,11 @@ def usable_cores() -> int:
 
 
 def _lock_dir() -> Path:
+    problem = _lock_dir_problem(os.environ.get(LOCK_DIR_ENV))
+    if problem:  # library callers (the CLI refuses it at start, check_env)
+        from solbench.errors import ConfigError
+
+        raise ConfigError(problem)
     folder = Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / f"solbench-cores-{os.getuid()}")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -136,8 +160,8 @@ def cpu_allocation(threads: int, *, device: str = "cpu") -> Iterator[CpuAllocati
     """
     import torch
 
-    if int(threads) < 1:
-        raise ValueError(f"numerics.threads must be >= 1, got {threads}")
+    if not 1 <= int(threads) <= MAX_THREADS:
+        raise ValueError(f"numerics.threads must be >= 1 and <= {MAX_THREADS} (no CPU has more cores), got {threads}")
     before_threads = torch.get_num_threads()
     before_affinity = available_cores()
     usable = usable_cores()

@@ -52,7 +52,6 @@ import dataclasses
 import json
 import logging
 import math
-import random
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -68,6 +67,7 @@ from solbench.distributed import DistContext, init_distributed
 from solbench.engine import Engine
 from solbench.errors import ConfigError, NonFiniteLossError
 from solbench.method import Batch, Chunk, Iteration, Method, RunInfo, get_method, validate_method_config
+from solbench.results.checkpoint import missing_keys, rng_state, set_rng_state
 from solbench.timing import PhaseTimer
 from solbench.trainer_setup import (ExploreFns, FollowerStore, _lookahead, _seed_everything, _seeded_generator,
                                     build_policy_nets, eval_resolution, eval_sampler, grid_prompt_indices,
@@ -199,7 +199,7 @@ class Trainer:
     # -- the run ------------------------------------------------------------------------------------
     def run(self) -> dict:
         cfg = self.cfg
-        resumed = self.store.latest_checkpoint()
+        resumed = self.store.latest_checkpoint(lambda state: missing_keys(state, self.CHECKPOINT_KEYS))
         if resumed is not None:
             step, state = resumed
             self.store.truncate_after(step)
@@ -487,13 +487,16 @@ class Trainer:
         return self._writer
 
     # -- checkpoints --------------------------------------------------------------------------------
+    #: What a resume reads from a checkpoint's state (a file lacking any is unreadable: the previous one is used).
+    CHECKPOINT_KEYS = {"step": None, "wall_s": None, "images_seen": None, "optimizer": None, "method": None,
+                       "nets": {"mode": None, "ema_updates": None, "trainable": None},
+                       "rng": {"torch": None, "numpy": None, "python": None}}
+
     def state_dict(self) -> dict:
-        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
+        """Tensors and plain data only (solbench.results.checkpoint): resumes load it with weights_only=True."""
         return {"step": self.step, "wall_s": self.wall_s, "images_seen": self.images_seen,
                 "optimizer_steps": self.optimizer_steps, "nets": self.nets.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "method": self.method.state_dict(), "rng": rng,
+                "optimizer": self.optimizer.state_dict(), "method": self.method.state_dict(), "rng": rng_state(),
                 "run_id": self.store.run_id}
 
     def load_state_dict(self, state: dict) -> None:
@@ -505,9 +508,4 @@ class Trainer:
         self.optimizer_steps = int(state.get("optimizer_steps", self.nets.ema_updates))
         self.optimizer.load_state_dict(state["optimizer"])
         self.method.load_state_dict(state["method"])
-        rng = state["rng"]
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        set_rng_state(state["rng"])

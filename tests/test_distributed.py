@@ -121,7 +121,7 @@ def read_results(root: Path) -> dict[str, dict]:
         method = json.loads((run_dir / "spec.json").read_text())["method"]
         tables = {t: [json.loads(line) for line in (run_dir / f"{t}.jsonl").read_text().splitlines()]
                   for t in ("metrics", "candidates", "timings")}
-        checkpoint = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=False)
+        checkpoint = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)
         runs[method] = {"tables": tables, "status": json.loads((run_dir / "status.json").read_text()),
                         "checkpoint": checkpoint, "grids": sorted(p.name for p in (run_dir / "samples").glob("*.png"))}
     return runs

@@ -8,28 +8,68 @@ import contextlib
 import fcntl
 import glob
 import json
+import math
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
 
-DEFAULT_RESULTS = os.environ.get("SOLBENCH_RESULTS", "results")
-DEFAULT_REPORTS = os.environ.get("SOLBENCH_REPORTS", "reports")
 
 
 def check_environment() -> None:
-    """Environment settings no command accepts, refused before any work as one line (a ConfigError):
-    SOLBENCH_THREADS (solbench.threads.check_env), by every command, not only those that launch runs
-    (fidelity and sweep run work outside the launcher)."""
+    """Environment settings no command accepts, refused before any work as one line (a ConfigError) naming
+    the variable, by every command, not only those that launch runs (fidelity and sweep run work outside the
+    launcher): SOLBENCH_THREADS and SOLBENCH_CORE_LOCKS (solbench.threads.check_env), SOLBENCH_QUANT_COMPILE_MIN
+    (solbench.quant.fused.check_env: read at import without failing, refused here)."""
     from solbench.errors import ConfigError
+    from solbench.quant.fused import check_env as check_fused_env
     from solbench.threads import check_env
 
     try:
         check_env()
+        check_fused_env()
     except ValueError as err:
         raise ConfigError(str(err)) from None
+
+
+def name_value(value: str) -> str:
+    """argparse type of a name-like option (fidelity --name): a spec's name pattern, so that the folder it
+    names stays inside --results (no path, no '..')."""
+    from solbench.spec import NAME_PATTERN
+
+    if not re.match(NAME_PATTERN, value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a name: letters, digits, '_', '.' and '-', beginning "
+                                         "with a letter or digit (it names a folder under --results, so no path)")
+    return value
+
+
+def finite_float(value: str) -> float:
+    """argparse type of a real-valued option: a finite number (nan and inf are refused as a spec refuses them)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"{value} is not a finite number")
+    return number
+
+
+def bounded_int(low: int, high: int, why: str):
+    """argparse type of a whole number in [low, high); ``why`` says where the bounds come from."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if not low <= number < high:
+            raise argparse.ArgumentTypeError(f"{number} is not >= {low} and < {high} ({why})")
+        return number
+
+    return parse
 
 
 def add_spec_argument(parser: argparse.ArgumentParser) -> None:
@@ -37,8 +77,17 @@ def add_spec_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_results_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR",
-                        help=f"results root (default: {DEFAULT_RESULTS}; env SOLBENCH_RESULTS)")
+    """--results, default SOLBENCH_RESULTS (read when the command line is parsed), else results."""
+    default = os.environ.get("SOLBENCH_RESULTS") or "results"
+    parser.add_argument("--results", default=default, metavar="DIR",
+                        help=f"results root (default: {default}; env SOLBENCH_RESULTS)")
+
+
+def add_reports_argument(parser: argparse.ArgumentParser) -> None:
+    """--reports, default SOLBENCH_REPORTS (read when the command line is parsed), else reports."""
+    default = os.environ.get("SOLBENCH_REPORTS") or "reports"
+    parser.add_argument("--reports", default=default, metavar="DIR",
+                        help=f"reports root (default: {default}; env SOLBENCH_REPORTS)")
 
 
 def add_only_argument(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +188,22 @@ def print_corrupt_lines(out: Console, corrupt, spec_arg: str = "SPEC", limit: in
         out.print(f"  ... and {len(corrupt) - limit} more", markup=False)
     for hint in repair_hints(corrupt, spec_arg):
         out.print(f"  {hint}", markup=False)
+
+
+def damaged_runs(run_dirs: dict[str, Path]) -> list[tuple[str, str]]:
+    """(run_id, what it lacks) of the done runs that lost results (RunStore.damage)."""
+    from solbench.results import RunStore
+
+    return [(run_id, problem) for run_id, run_dir in run_dirs.items()
+            if (problem := RunStore(run_dir, run_id).damage())]
+
+
+def print_damaged(out: Console, damaged: list[tuple[str, str]], spec_arg: str = "SPEC") -> None:
+    """One line per done run that lost results, naming what it lacks and the command that reruns it."""
+    for run_id, problem in damaged:
+        out.print(f"warning: run {run_id} is done but {problem}: its results are incomplete (a run without its "
+                  f"spec.json is left out of the collected tables); `solbench run {spec_arg} --force --only {run_id}` "
+                  "reruns it", markup=False)
 
 
 def repair_hints(corrupt: list[dict], spec_arg: str) -> list[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from solbench.commands._common import (add_results_argument, add_spec_argument, console, experiment_dir,
-                                       print_corrupt_lines)
+                                       print_corrupt_lines, print_damaged)
 from solbench.results import collect
 from solbench.spec import load_spec
 
@@ -21,7 +21,8 @@ def main(args) -> int:
     spec = load_spec(args.spec)
     result = collect(experiment_dir(spec, args.results), None if args.all else [r.run_id for r in spec.runs])
     print_collect(result, args.spec)
-    return 0
+    print_damaged(console(), result.damaged, args.spec)
+    return 1 if result.damaged else 0
 
 
 def print_collect(result, spec_arg: str = "SPEC") -> None:

@@ -18,6 +18,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     spec = load_spec(args.spec)
+    spec.check_files()
     check_launch(spec, *load_profile(spec.launch, spec.path))
     out = console()
     if args.format == "ids":

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from solbench.commands._common import DEFAULT_REPORTS, DEFAULT_RESULTS
+from solbench.commands._common import add_reports_argument, add_results_argument, bounded_int, finite_float, name_value
 
 HELP = "rank M prompts x N seeds at both precisions from a fixed checkpoint (no training), then report fidelity"
 
@@ -22,6 +22,8 @@ HELP = "rank M prompts x N seeds at both precisions from a fixed checkpoint (no 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from solbench.config import DEFAULT_EXPLORE_RECIPES
     from solbench.fidelity import NO_QUANT
+    from solbench.spec.models import SEED_LIMIT
+    from solbench.threads import MAX_THREADS
 
     parser.add_argument("--model", default=None, help="tiny | flux | sd3 | sana (default: the checkpoint's, else tiny)")
     parser.add_argument("--model-path", default=None,
@@ -40,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--explore-steps", type=int, default=6, help="low-precision explore steps (default 6)")
     parser.add_argument("--sampler", default=None,
                         help="ODE solver of both stages: dpm2 | euler (default: the run's method's, else Sol-RL's dpm2)")
-    parser.add_argument("--guidance", type=float, default=None, help="CFG / distilled guidance (default: the run's or model's)")
-    parser.add_argument("--shift", type=float, default=None, help="sigma-schedule shift (default: the run's or model's)")
+    parser.add_argument("--guidance", type=finite_float, default=None, help="CFG / distilled guidance (default: the run's or model's)")
+    parser.add_argument("--shift", type=finite_float, default=None, help="sigma-schedule shift (default: the run's or model's)")
     defaults = ", ".join(f"{m}: {r}" for m, r in DEFAULT_EXPLORE_RECIPES.items())
     parser.add_argument("--recipe", default=None,
                         help=f"explore quantization recipe (default: the run's, else per model: {defaults}); "
@@ -54,16 +56,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="quantization backend (default: the run's; else emulated on CPU, te on CUDA)")
     parser.add_argument("--rewards", default=None,
                         help="comma-separated reward names (default: the run's training rewards, else shapes_geneval)")
-    parser.add_argument("--name", default=None, help="experiment name (default fidelity_<model>)")
-    parser.add_argument("--run-seed", type=int, default=0, help="run seed the candidate noise derives from (default 0)")
+    parser.add_argument("--name", type=name_value, default=None,
+                        help="experiment name, a folder under --results (default fidelity_<model>)")
+    parser.add_argument("--run-seed", type=bounded_int(0, SEED_LIMIT, "a run seed, as a spec's seed"), default=0,
+                        help="run seed the candidate noise derives from (default 0)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
     parser.add_argument("--batch-seeds", type=int, default=None,
                         help="seeds per sampling call (memory bound; default all of a prompt's seeds)")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
+    parser.add_argument("--threads", type=bounded_int(1, MAX_THREADS + 1, "no CPU has more cores"), default=None,
+                        metavar="N",
                         help="CPU threads the run computes on, part of its id as numerics.threads is a training run's "
                              "(default: the checkpoint run's, else 1)")
-    parser.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR", help=f"results root (default {DEFAULT_RESULTS})")
-    parser.add_argument("--reports", default=DEFAULT_REPORTS, metavar="DIR", help=f"reports root (default {DEFAULT_REPORTS})")
+    add_results_argument(parser)
+    add_reports_argument(parser)
     parser.add_argument("--force", action="store_true", help="rerun a fidelity run that is done already")
     parser.add_argument("--no-report", action="store_true", help="do not collect nor write the report")
 

@@ -12,15 +12,16 @@ import argparse
 import json
 from pathlib import Path
 
-from solbench.commands._common import console, print_corrupt_lines, report_lock
+from solbench.commands._common import (add_reports_argument, add_results_argument, console, print_corrupt_lines,
+                                       report_lock)
 
 HELP = "write reports/<experiment>/ (Markdown, HTML, CSV, PNG) from an experiment's collected results"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", metavar="SPEC", nargs="?", help="spec YAML file, experiment name, or results/<experiment> folder")
-    parser.add_argument("--results", default="results", help="results root (default: results)")
-    parser.add_argument("--reports", default="reports", help="reports root (default: reports)")
+    add_results_argument(parser)
+    add_reports_argument(parser)
     parser.add_argument("--only", default=None, help="comma-separated report kinds to run (see --list)")
     parser.add_argument("--list", action="store_true", help="list the report kinds and exit")
     parser.add_argument("--reference", default=None, help="reference method of the convergence speedup (default: diffusion_nft)")

@@ -22,9 +22,9 @@ import os
 import time
 from pathlib import Path
 
-from solbench.commands._common import (DEFAULT_REPORTS, add_only_argument, add_results_argument, add_spec_argument,
-                                       console, experiment_dir, filter_runs, print_notes, report_is_current,
-                                       report_lock)
+from solbench.commands._common import (add_only_argument, add_reports_argument, add_results_argument,
+                                       add_spec_argument, console, damaged_runs, experiment_dir, filter_runs,
+                                       print_damaged, print_notes, report_is_current, report_lock)
 from solbench.launch import DEFAULT_RUN_FN, TERMINAL_STATES, WORKERS_ENV, launch_spec, run_states, wait_for_runs
 from solbench.progress import LiveDisplay
 from solbench.spec import load_spec
@@ -35,7 +35,7 @@ HELP = "run every run of a spec that is not done (locally or on Slurm), then col
 def add_arguments(parser) -> None:
     add_spec_argument(parser)
     add_results_argument(parser)
-    parser.add_argument("--reports", default=DEFAULT_REPORTS, metavar="DIR", help="reports root (default: reports)")
+    add_reports_argument(parser)
     parser.add_argument("--launch", metavar="PROFILE", default=None,
                         help="launch profile overriding the spec's (local, debug, gpu, or a .yaml path)")
     parser.add_argument("--force", action="store_true", help="rerun runs that are done (their results are replaced)")
@@ -66,6 +66,7 @@ def main(args) -> int:
     if args.workers is not None:
         os.environ[WORKERS_ENV] = str(args.workers)  # read by launch.local_workers, checked there
     spec = load_spec(args.spec)
+    spec.check_files()
     main_rank = launch_rank() == 0  # under torchrun only rank 0 talks and reports
     if main_rank:
         print_notes(out, spec)
@@ -113,6 +114,8 @@ def main(args) -> int:
         states = {rid: s for rid, (s, _) in run_states(run_dirs).items()}
 
     failed = sorted(rid for rid, s in states.items() if s != "done")
+    damaged = damaged_runs(run_dirs)  # done runs that lost results since: said, and the command exits 1
+    print_damaged(out, damaged, args.spec)
     if result.submission is None and not failed:
         # Nothing left to train. The report is still written unless it is up to date, so that a
         # collect or report that was interrupted is finished by running the spec again.
@@ -126,9 +129,9 @@ def main(args) -> int:
         if args.no_report or (not new_fidelity and report_is_current(spec, report_run_ids(spec, args.results),
                                                                      args.results, args.reports)):
             out.print(f"{done} (results in {experiment_dir(spec, args.results)}; --force reruns)", markup=False)
-            return 0
+            return 1 if damaged else 0
         out.print(f"{done}; the report is missing or older than the results: writing it", markup=False)
-        return 0 if report_or_say_why(out, spec, args) else 1
+        return 0 if report_or_say_why(out, spec, args) and not damaged else 1
     reported = True
     if not args.no_report:
         run_fidelity_block(out, spec, args)
@@ -137,7 +140,7 @@ def main(args) -> int:
         out.print(f"{len(failed)} run(s) did not finish: {', '.join(failed)} "
                   f"(see `solbench status {args.spec} --tracebacks`)", markup=False)
         return 1
-    return 0 if reported else 1
+    return 0 if reported and not damaged else 1
 
 
 def _force_what_others_ran(out, spec, args, result, waited: list[str], run_dirs, force_since: float, board):

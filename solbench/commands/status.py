@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from solbench.commands._common import (add_only_argument, add_results_argument, add_spec_argument, console,
-                                       filter_runs, print_corrupt_lines)
+                                       damaged_runs, filter_runs, print_corrupt_lines, print_damaged)
 from solbench.launch import TERMINAL_STATES, read_launch, run_states
 from solbench.progress import Board, LiveDisplay, RunLine, label_of
 from solbench.results import RunStore
@@ -53,6 +53,7 @@ def main(args) -> int:
             out.print(f"{run_id} {state}: Slurm job log {logs[1]} (stdout {logs[0]})", markup=False)
     print_corrupt_lines(out, [bad for run_id, run_dir in run_dirs.items()
                               for bad in RunStore(run_dir, run_id).corrupt_lines()], args.spec)
+    print_damaged(out, damaged_runs(run_dirs), args.spec)
     if args.tracebacks:
         for run_id, (state, status) in states.items():
             if state == "failed":

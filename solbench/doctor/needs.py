@@ -196,8 +196,12 @@ def _minimal_spec_needs(path: Path, needs: SpecNeeds) -> None:
 
     from solbench.errors import ConfigError
 
+    from solbench.spec.yaml_lines import non_utf8
+
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(non_utf8(path, err)) from None
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError(f"{path}: cannot read spec: {err}") from None
     if not isinstance(data, dict):

@@ -9,6 +9,7 @@ process executes this run".
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import socket
@@ -24,7 +25,15 @@ def run_lock(run_dir: str | Path, wait_s: float = 0.0) -> Iterator[bool]:
     """Hold the run's exclusive lock for the block; yields False if it stayed taken for wait_s."""
     path = Path(run_dir) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # never through a link: the lock is truncated and written below
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+        from solbench.errors import StorageError
+
+        raise StorageError(f"{path} is a symbolic link (to {os.readlink(path)}); solbench writes only inside the "
+                           "run folder: remove the link and run again") from None
     deadline = time.monotonic() + wait_s
     acquired = False
     try:

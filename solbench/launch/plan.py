@@ -35,6 +35,9 @@ def plan_runs(spec, results_root: Path, *, force: bool = False, only: Sequence[s
     """Decide which runs to launch: everything not done (and not alive), or everything with force."""
     runs = [r for r in spec.runs if not only or r.run_id in only or any(r.run_id.startswith(o) for o in only)]
     run_dirs = {r.run_id: spec.run_dir(results_root, r.run_id) for r in runs}
+    links = [problem for rid, run_dir in run_dirs.items() if (problem := RunStore(run_dir, rid).link_problem())]
+    if links:  # before any lock, status or --force clear writes or deletes through one
+        raise ConfigError("; ".join(links))
     states = run_states(run_dirs)
     to_launch, skipped = [], {}
     for run in runs:
@@ -70,6 +73,9 @@ def prepare_run(run, run_dir: Path, *, force: bool, force_since: float | None = 
     it keeps its done status unless forced and finished before the request (``force_since``).
     """
     store = RunStore(run_dir, run.run_id)
+    problem = store.link_problem()  # (plan_runs said so for a spec's runs; a sweep's trials come here directly)
+    if problem:
+        raise ConfigError(problem)
     with run_lock(run_dir) as held:
         if not held:
             return store

@@ -4,6 +4,7 @@ candidates) and a collect_report.json naming every corrupt line skipped (see sol
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -54,6 +55,9 @@ class CollectResult:
     tables: dict[str, tuple[Path, int]]
     corrupt: list[CorruptLine]
     runs: int
+    # (run_id, what it lacks) of done runs missing results (RunStore.damage): a run without its spec.json is
+    # left out, one without its table collected with what it has; both are said, with the fix
+    damaged: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
 
 def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = None) -> CollectResult:
@@ -69,6 +73,8 @@ def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = N
 
     experiment_dir = Path(experiment_dir)
     wanted = set(run_ids) if run_ids is not None else None
+    damaged = [(d.name, problem) for d in _launched_run_dirs(experiment_dir)
+               if (wanted is None or d.name in wanted) and (problem := RunStore(d, d.name).damage())]
     found = [d for d in iter_run_dirs(experiment_dir) if wanted is None or d.name in wanted]
     if not found:
         raise SolbenchError(f"nothing to collect: {experiment_dir} holds no results of "
@@ -78,7 +84,12 @@ def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = N
     corrupt: list[CorruptLine] = []
 
     for run_dir in found:
-        spec = json.loads((run_dir / "spec.json").read_text())
+        try:
+            spec = json.loads((run_dir / "spec.json").read_text())
+        except (OSError, ValueError):
+            spec = None
+        if not isinstance(spec, dict):  # a damaged spec.json: the run is left out (and in ``damaged`` when done)
+            continue
         store = RunStore(run_dir, run_dir.name)
         env = store.read_json("env.json") or {}
         status = store.read_status()
@@ -125,9 +136,18 @@ def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = N
         "runs": len(run_rows),
         "tables": {name: {"path": str(path), "rows": rows} for name, (path, rows) in tables.items()},
         "corrupt_lines": [bad.to_dict() for bad in corrupt],
+        "damaged_runs": [{"run_id": run_id, "problem": problem} for run_id, problem in damaged],
     }
     atomic_write_bytes(experiment_dir / "collect_report.json", (json.dumps(report, indent=2) + "\n").encode())
-    return CollectResult(experiment_dir, tables, corrupt, len(run_rows))
+    return CollectResult(experiment_dir, tables, corrupt, len(run_rows), damaged)
+
+
+def _launched_run_dirs(experiment_dir: Path) -> Iterator[Path]:
+    """Run folders of an experiment with a status.json or a spec.json (a done run may have lost its spec.json)."""
+    if experiment_dir.is_dir():
+        for path in sorted(experiment_dir.iterdir()):
+            if path.is_dir() and ((path / "status.json").exists() or (path / "spec.json").exists()):
+                yield path
 
 
 def _write_parquet(frame, path: Path) -> None:

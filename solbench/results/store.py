@@ -12,10 +12,12 @@ import operator
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from solbench.errors import StorageError
+from solbench.results.checkpoint import UnreadableCheckpoint, plain_problem, read_checkpoint
 from solbench.results.storage import (CorruptLine, TableScan, _fsync_dir, _json_default, _now, _raise_storage_error,
                                       atomic_write_bytes, scan_jsonl)
 
@@ -220,6 +222,28 @@ class RunStore:
             status = None
         return status if isinstance(status, dict) else {"state": STATE_NEW, "run_id": self.run_id}
 
+    def damage(self) -> str | None:
+        """What a done run lacks of its results (its spec.json, or its main table: metrics.jsonl, a fidelity
+        run's candidates.jsonl), e.g. deleted or damaged from outside; None when it lacks nothing or is not
+        done. Such a run is reported by `run`, `status` and `collect`, never collected as complete silently."""
+        if self.read_status().get("state") != "done":
+            return None
+        spec_file = self.run_dir / "spec.json"
+        try:
+            spec = json.loads(spec_file.read_text())
+        except FileNotFoundError:
+            return f"{spec_file} is missing"
+        except (OSError, ValueError) as err:
+            return f"{spec_file} is not JSON ({type(err).__name__}: {err})"
+        if not isinstance(spec, dict):
+            return f"{spec_file} is not a run's spec (a JSON {type(spec).__name__})"
+        table = self.table_path("candidates" if spec.get("kind") == "fidelity" else "metrics")
+        if not table.is_file():
+            return f"{table} is missing"
+        if table.stat().st_size == 0:
+            return f"{table} is empty"
+        return None
+
     # -- checkpoints ----------------------------------------------------------------------------
 
     def checkpoint_files(self) -> list[tuple[int, Path]]:
@@ -234,9 +258,16 @@ class RunStore:
         return sorted(found)
 
     def save_checkpoint(self, step: int, state: dict) -> Path:
-        """Save ``state`` as the checkpoint of ``step`` (tmp + rename) and keep the last two."""
+        """Save ``state`` as the checkpoint of ``step`` (tmp + rename) and keep the last two.
+
+        ``state`` holds tensors and plain data only (solbench.results.checkpoint), so that reading it back
+        runs no code; anything else is a TypeError naming where it is, before any file is written."""
         import torch
 
+        problem = plain_problem(state)
+        if problem:
+            raise TypeError(f"checkpoint of step {step}: {problem}; a checkpoint holds tensors, dicts, lists, tuples, "
+                            "str, int, float, bool and None only (loaded with torch.load(weights_only=True))")
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / f"step_{int(step):08d}.pt"
         tmp = None
@@ -259,28 +290,57 @@ class RunStore:
         """Whether any checkpoint file exists (cheap: nothing is loaded)."""
         return bool(self.checkpoint_files())
 
-    def latest_checkpoint(self) -> tuple[int, dict] | None:
+    def latest_checkpoint(self, check: Callable[[dict], str | None] | None = None) -> tuple[int, dict] | None:
         """(step, state) of the newest readable checkpoint, or None when there is none.
 
-        A checkpoint that fails to load is reported and the previous one is used instead.
+        Files are loaded as tensors and plain data only (``read_checkpoint``: nothing in them runs). One that
+        does not load so (cut short, damaged, crafted, or written before checkpoints held plain data only), or
+        whose state ``check`` finds lacking (it returns what is missing), is reported in one line and the
+        previous one is used instead.
         """
-        import torch
-
-        for step, path in reversed(self.checkpoint_files()):
+        files = self.checkpoint_files()
+        for index in range(len(files) - 1, -1, -1):
             try:
-                payload = torch.load(path, map_location="cpu", weights_only=False)
-            except Exception as err:  # noqa: BLE001 - any unreadable file falls back to the previous one
-                log.warning("skipping unreadable checkpoint %s: %s", path, err)
-                continue
-            return int(payload["step"]), payload["state"]
+                return read_checkpoint(files[index][1], check)
+            except UnreadableCheckpoint as err:
+                fallback = (f"using the previous one, {files[index - 1][1].name}" if index else
+                            "no earlier checkpoint is left: the run starts from step 0")
+                log.warning("skipping unreadable checkpoint %s; %s", err, fallback)
         return None
+
+    def links(self) -> list[Path]:
+        """The run folder, or entries of it or of its checkpoints/, that are symbolic links. Everything a run
+        writes or deletes stays inside its folder; through a link it would not (``--force`` would empty the
+        link's target), so the launcher refuses such a folder (``link_problem``)."""
+        if self.run_dir.is_symlink():
+            return [self.run_dir]
+        found = []
+        for folder in (self.run_dir, self.checkpoint_dir):  # a checkpoints/ link is an entry of the run folder
+            if folder.is_dir() and not folder.is_symlink():
+                found += [path for path in sorted(folder.iterdir()) if path.is_symlink()]
+        return found
+
+    def link_problem(self) -> str | None:
+        """One line naming the links of ``links`` and what to do, or None when there are none."""
+        found = self.links()
+        if not found:
+            return None
+        named = ", ".join(f"{path} -> {os.readlink(path)}" for path in found[:3]) + (" ..." if len(found) > 3 else "")
+        return (f"run {self.run_id}: {named} {'is a symbolic link' if len(found) == 1 else 'are symbolic links'}; "
+                "solbench writes and deletes only inside the run folder, never through a link: remove the link (or "
+                "put the folder itself there) and run again")
 
     def clear(self, keep: Iterable[str] = ()) -> None:
         """Remove everything the run wrote (``--force`` reruns start from nothing), except the
         top-level entries named in ``keep`` (the launcher keeps its lock file, which a concurrent
-        launcher may hold, and its own records)."""
+        launcher may hold, and its own records). Links inside the folder are removed, never followed; a
+        run folder that is itself a link is refused (StorageError): emptying it would delete outside the
+        results root."""
         import shutil
 
+        if self.run_dir.is_symlink():
+            raise StorageError(f"{self.run_dir} is a symbolic link (to {os.readlink(self.run_dir)}); not clearing it: "
+                               "solbench deletes only inside the results root. Remove the link and run again")
         if not self.run_dir.exists():
             return
         keep = set(keep)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from solbench.config import RunConfig
 from solbench.errors import ConfigError
 from solbench.spec.yaml_lines import _dotted, _nearest_line
+from solbench.threads import MAX_THREADS
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
@@ -30,12 +31,22 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 _RESERVED_FIELDS = ("experiment", "method")
 
 
+SEED_LIMIT = 1 << 32  # numpy's global generator (seeded with the run seed) takes seeds below 2**32
+ITERATION_LIMIT = 10**6
+COUNT_LIMIT = 1 << 16
+REWARD_WEIGHT_LIMIT = 1e3
+_ITERATION_FIELDS = ("iterations", "checkpoint_every", "eval.every")
+_COUNT_FIELDS = ("prompts_per_iter", "world_size", "eval.n_prompts", "eval.seeds_per_prompt", "sampling.steps",
+                 "sampling.eval_steps", "finetune.lora_rank", "finetune.grad_accum", "finetune.optimizer_steps",
+                 "finetune.ema_every", "micro_batch.rollout", "micro_batch.reward", "micro_batch.train")
+
 #: Numeric ranges of RunConfig fields (dotted paths), part of the schema wherever a run's value is given
 #: (``base``, ``methods.<name>``, the matrix, a sweep's sampled values, and the defaults): pydantic's
-#: operators gt/ge/lt/le. A tuple field's bound applies to each item, an optional field's to its value.
-#: Counts that must be >= 1 are checked with the whole run (solbench/spec/resolver.py, ``_check_run``).
+#: operators gt/ge/lt/le. A tuple field's bound applies to each item, an optional field's to its value, a
+#: mapping's to each of its values. Counts that must be >= 1 are checked with the whole run
+#: (solbench/spec/resolver.py, ``_check_run``); their upper bounds, values no run can use, are here.
 FIELD_BOUNDS: dict[str, dict[str, float]] = {
-    "finetune.lr": {"gt": 0},  # AdamW refuses lr < 0; lr 0 trains nothing
+    "finetune.lr": {"gt": 0, "le": 1},  # AdamW refuses lr < 0; lr 0 trains nothing
     "finetune.weight_decay": {"ge": 0},
     "finetune.grad_clip": {"ge": 0},  # 0 turns clipping off (the trainer clips at inf)
     "finetune.lora_alpha": {"gt": 0},
@@ -43,7 +54,24 @@ FIELD_BOUNDS: dict[str, dict[str, float]] = {
     "finetune.ema_decay": {"ge": 0, "le": 1},
     "sampling.shift": {"gt": 0},
     "model.resolution": {"ge": 1},
-    "eval.grid_prompts": {"ge": 0},
+    "eval.grid_prompts": {"ge": 0, "le": COUNT_LIMIT},
+    "seed": {"ge": 0, "lt": SEED_LIMIT},
+    "rewards": {"ge": -REWARD_WEIGHT_LIMIT, "le": REWARD_WEIGHT_LIMIT},
+    "numerics.threads": {"le": MAX_THREADS},
+    **{path: {"le": ITERATION_LIMIT} for path in _ITERATION_FIELDS},
+    **{path: {"le": COUNT_LIMIT} for path in _COUNT_FIELDS},
+}
+
+#: Why a bound of FIELD_BOUNDS is what it is, said after pydantic's "Input should be ...".
+BOUND_REASONS: dict[str, str] = {
+    "seed": "the run seed seeds numpy's global generator, which takes 0 <= seed < 2**32",
+    "finetune.lr": "AdamW moves each weight by about lr per step: past 1 no run trains",
+    "rewards": f"a reward weight scales its reward in the training sum; past +-{REWARD_WEIGHT_LIMIT:g} it only "
+               "risks overflow, and the weights' ratios are what mixes rewards",
+    "numerics.threads": f"no CPU solbench runs on has more than {MAX_THREADS} cores",
+    **{path: f"more than {ITERATION_LIMIT:,} iterations is beyond any run's budget" for path in _ITERATION_FIELDS},
+    **{path: f"a count past {COUNT_LIMIT:,} (2**16): more prompts, samples, steps or ranks than any machine holds"
+       for path in (*_COUNT_FIELDS, "eval.grid_prompts")},
 }
 
 _BOUND_WORDS = {"gt": (operator.gt, "greater than"), "ge": (operator.ge, "greater than or equal to"),
@@ -69,6 +97,8 @@ def _bounded(hint: Any, bounds: dict[str, float]) -> Any:
         return Union[tuple(arg if arg is type(None) else _bounded(arg, bounds) for arg in args)]
     if origin is tuple:
         return tuple[tuple(_bounded(arg, bounds) for arg in args)]
+    if origin is dict:  # the values of a mapping (reward name -> weight)
+        return dict[args[0], _bounded(args[1], bounds)]
     return Annotated[hint, Field(**bounds)]
 
 
@@ -249,9 +279,25 @@ def _format_validation_error(err: ValidationError, source: str, lines: dict[tupl
             msg = item["msg"]
             if kind != "missing" and "input" in item and not isinstance(item["input"], (dict, list)):
                 msg += f", got {item['input']!r}"
+            reason = _bound_reason(loc) if kind in ("greater_than", "greater_than_equal", "less_than",
+                                                    "less_than_equal") else None
+            if reason:
+                msg += f" ({reason})"
             path = _dotted(loc)
         messages.append(f"{where}: {path}: {msg}")
     return ConfigError("\n".join(messages) if len(messages) > 1 else messages[0])
+
+
+def _bound_reason(loc: tuple) -> str | None:
+    """BOUND_REASONS of the RunConfig field at the end of ``loc`` (after base, methods.<name> or a matrix key;
+    a mapping's value: its field without the key)."""
+    parts = [str(part) for part in loc if not isinstance(part, int)]
+    for start in range(len(parts)):
+        for stop in (len(parts), len(parts) - 1):
+            reason = BOUND_REASONS.get(".".join(parts[start:stop]))
+            if reason and stop > start:
+                return reason
+    return None
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:

@@ -44,6 +44,15 @@ class ExperimentSpec:
     notes: list[str] = field(default_factory=list)  # checks that could not run here, dropped duplicates
     _resolver: "_Resolver | None" = field(default=None, repr=False)
     fidelity: FidelityBlock | None = None  # the spec's `fidelity:` block (solbench.fidelity.run_spec_block)
+    # "file:line: key: prompt file ... not found" of the runs' prompt files missing here (refused by expand and run)
+    missing_files: list[str] = field(default_factory=list)
+
+    def check_files(self) -> None:
+        """ConfigError naming the spec line of every prompt file its runs name that is not on this machine."""
+        if self.missing_files:
+            from solbench.errors import ConfigError
+
+            raise ConfigError("\n".join(self.missing_files))
 
     def resolve(self, assignment: Mapping[str, Any], where: tuple = ("sweep",)) -> PlannedRun:
         """Resolve one more combination of matrix keys (used by sweeps); ``where`` is the key path

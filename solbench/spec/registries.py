@@ -69,5 +69,6 @@ def _prompt_set_sizer() -> Callable[[str], int | None] | None:
 
 
 def is_prompt_path(name: str) -> bool:
-    """Prompt sets given as files (.txt/.jsonl paths) are checked at launch, not at expansion."""
+    """Prompt sets given as files (.txt/.jsonl paths): decoded at expansion where they are on this machine; one
+    that is not is refused by `solbench expand` and `solbench run` (ExperimentSpec.missing_files) and at launch."""
     return name.endswith((".txt", ".jsonl")) or "/" in name and not name.startswith("shapes/")

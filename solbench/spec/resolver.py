@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from solbench.config import RunConfig
 from solbench.errors import ConfigError
 from solbench.spec.fidelity_block import check_fidelity_block
-from solbench.spec.models import _RESERVED_FIELDS, SpecModel, _format_validation_error, _FullRun
+from solbench.spec.models import _RESERVED_FIELDS, COUNT_LIMIT, SpecModel, _format_validation_error, _FullRun
 from solbench.spec.plan import ExperimentSpec, PlannedRun
 from solbench.spec.registries import Registries, is_prompt_path
 from solbench.spec.yaml_lines import _dotted, _nearest_line
@@ -55,6 +55,7 @@ class _Resolver:
         self.get_method = get_method
         self.method_names = method_names()
         self.notes: list[str] = []
+        self.missing_files: list[str] = []  # prompt files of the runs that are not on this machine
         # Overrides as validated (so 1 and 1.0 hash alike); only the keys the user wrote.
         self.base = model.base.model_dump(exclude_unset=True)
         self.per_method = {name: ov.model_dump(exclude_unset=True) for name, ov in model.methods.items()}
@@ -171,7 +172,8 @@ class _Resolver:
         axis_keys = list(matrix) + [k for entry in model.include for k in entry if k not in matrix]
         return ExperimentSpec(name=model.name, path=path, description=model.description, launch=model.launch,
                               runs=list(runs.values()), sweep=model.sweep, axis_keys=list(dict.fromkeys(axis_keys)),
-                              notes=self.notes, _resolver=self, fidelity=model.fidelity)
+                              notes=self.notes, _resolver=self, fidelity=model.fidelity,
+                              missing_files=self.missing_files)
 
     def _check_axes_used(self, matrix: dict[str, list]) -> None:
         """A method axis is dropped for methods that lack it; one that no listed method has would be
@@ -290,6 +292,13 @@ class _Resolver:
             check_name(f"eval.rewards[{index}]", reward, reg.rewards, "reward")
         check_name("quant.recipe", cfg.quant.recipe, reg.recipes, "quantization recipe")
         for key, name in (("train_prompts", cfg.train_prompts), ("eval.prompts", cfg.eval.prompts)):
+            if is_prompt_path(name) and reg.prompt_set_size is not None and not Path(name).expanduser().exists():
+                # refused by `solbench expand` and `solbench run` (ExperimentSpec.missing_files); the library
+                # expands the spec all the same (the real specs' data/pickscore files are downloaded apart)
+                missing = (f"{self._key_where(key, cfg.method, loc)}: {key}: prompt file {name!r} not found (a path "
+                           f"relative to the working directory, {Path.cwd()}; experiments/README.md, 'Prompt sets')")
+                if missing not in self.missing_files:
+                    self.missing_files.append(missing)
             if is_prompt_path(name):
                 # a file: decoded now where it is on this machine (so that no run fails on it in its
                 # worker); one that is not here is looked for at launch (launch.preflight)
@@ -365,6 +374,10 @@ class _Resolver:
             fail("prompts_per_iter", f"{cfg.prompts_per_iter} prompt groups do not split over world_size="
                                      f"{cfg.world_size} ranks; use a multiple of {cfg.world_size}")
         mc = cfg.method_config
+        for key, value in mc.items():  # every integer of a method's Config is a count (n, k, steps, a batch)
+            if isinstance(value, int) and not isinstance(value, bool) and value > COUNT_LIMIT:
+                fail(f"method_config.{key}", f"should be less than or equal to {COUNT_LIMIT}, got {value} (a count past "
+                                             f"{COUNT_LIMIT:,} (2**16): more samples or steps than any machine holds)")
         if "n" in mc and "k" in mc and not mc["k"] <= mc["n"]:
             fail("method_config.k", f"K={mc['k']} exceeds N={mc['n']} (K <= N)")
         if mc.get("explore_steps") is not None and mc["explore_steps"] > cfg.sampling.steps:

@@ -56,9 +56,11 @@ def load_yaml(path: str | Path) -> tuple[dict, dict[tuple, int]]:
     """(data, {key path: line}) of a YAML mapping file; ConfigError on syntax errors or duplicates."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read spec {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(non_utf8(path, err)) from None
     try:
         node = yaml.compose(text, Loader=_SpecLoader)
         data = yaml.load(text, Loader=_SpecLoader)
@@ -70,6 +72,15 @@ def load_yaml(path: str | Path) -> tuple[dict, dict[tuple, int]]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a spec is a YAML mapping (name, base, matrix, ...), got {type(data).__name__}")
     return data, lines
+
+
+def non_utf8(path: str | Path, err: UnicodeDecodeError) -> str:
+    """One line for a spec file that is not UTF-8 text: ``file:line: not UTF-8 text (byte 0x.. at column ..)``."""
+    before = err.object[:err.start]
+    line = before.count(b"\n") + 1
+    column = err.start - (before.rfind(b"\n") + 1) + 1
+    return (f"{path}:{line}: not UTF-8 text (byte {err.object[err.start:err.start + 1].hex()} at column {column}); "
+            "save the spec as UTF-8")
 
 
 def yaml_error(path: str | Path, err: yaml.YAMLError) -> str:
