@@ -146,6 +146,11 @@ def test_report_section_renders_the_gap_and_the_dose_response(tmp_path):
     for f in found:
         recipe = next(r for r in DOSE_RECIPES if f.claim.endswith(f" {r}"))
         assert getattr(f, "recipe", recipe).startswith(recipe)
+    # and they are Findings rows (findings.csv), with the recipe in its column: catches dose_findings left uncalled
+    from solbench.report.findings import collect_findings
+
+    listed = [f for f in collect_findings(tables) if f.claim in {g.claim for g in found}]
+    assert len(listed) == len(found) and {f.recipe.split(" ")[0] for f in listed} == set(DOSE_RECIPES)
     chart = outputs["dose_response_tiny_chart"]
     chart.figure.savefig(tmp_path / "dose.png")
     outputs["explore_gap_tiny_chart"].figure.savefig(tmp_path / "gap.png")
@@ -170,3 +175,19 @@ def test_the_gap_setting_keeps_run_ids_unless_set():
     assert "explore_gap_every" not in cfg.canonical_json()
     measured = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, explore_gap_every=4))
     assert measured.run_id != cfg.run_id
+
+
+def test_naive_fp4_is_compared_with_sol_rl_on_the_same_explore_copy():
+    """In a spec that varies quant.recipe (tiny_dose) the "Naive FP4 ends below Sol-RL" claims take the naive FP4
+    arm of Sol-RL's recipe. Catches the toy run's comparison of naive FP4 on mxfp4_w4a4 with Sol-RL on nvfp4_tiny."""
+    import pandas as pd
+
+    from solbench.report.findings_quality import _same_recipe_arm
+
+    runs = pd.DataFrame([
+        {"arm": f"{m} {r}", "method": m, "p_quant.recipe": r, "seed": s}
+        for m in ("naive_fp4", "sol_rl") for r in ("mxfp4_w4a4", "nvfp4_tiny") for s in (0, 1, 2)])
+    assert _same_recipe_arm(runs, "naive_fp4 mxfp4_w4a4", "sol_rl nvfp4_tiny") == "naive_fp4 nvfp4_tiny"
+    assert _same_recipe_arm(runs, "naive_fp4 nvfp4_tiny", "sol_rl nvfp4_tiny") == "naive_fp4 nvfp4_tiny"
+    lone = runs[runs["p_quant.recipe"] == "mxfp4_w4a4"]  # no naive FP4 arm on Sol-RL's recipe: left as it was
+    assert _same_recipe_arm(lone, "naive_fp4 mxfp4_w4a4", "sol_rl nvfp4_tiny") == "naive_fp4 mxfp4_w4a4"

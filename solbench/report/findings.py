@@ -134,6 +134,7 @@ def collect_findings(tables: Tables) -> list[Finding]:
     """Every claim for every model of the results."""
     from solbench.report.findings_quality import quality_findings
     from solbench.report.findings_speed import convergence_findings, fidelity_findings, speed_findings
+    from solbench.report.dose import dose_findings
     from solbench.report.findings_table4 import table4_findings
 
     findings: list[Finding] = []
@@ -151,6 +152,7 @@ def collect_findings(tables: Tables) -> list[Finding]:
             findings += speed_findings(tables, model, runs)
             if metric is not None:
                 findings += convergence_findings(tables, model, runs, metric)
+            findings += dose_findings(tables, model)  # naive FP4 - Sol-RL per explore recipe (tiny_dose)
     findings = mark_binary(tables, findings)
     for f in findings:
         add_power(f)

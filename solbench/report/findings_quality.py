@@ -129,6 +129,7 @@ def quality_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
     o = tables.options
     sol, nft = main_arm(tables, runs, "sol_rl"), main_arm(tables, runs, "diffusion_nft")
     naive, fp4 = main_arm(tables, runs, "naive_bf16"), main_arm(tables, runs, "naive_fp4")
+    fp4 = _same_recipe_arm(runs, fp4, sol)
     out: list[Finding] = []
 
     out += _pair_claim(tables, runs, model, lambda: Finding(
@@ -283,3 +284,20 @@ def _ablation_claims(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
         out += _each_reward(tables, runs, model, lambda claim=claim, table=table, paper=paper: Finding(
             claim, table, paper, unit="abs", threshold=0.0), compute)
     return out
+
+
+def _same_recipe_arm(runs: pd.DataFrame, arm: str | None, like: str | None) -> str | None:
+    """``arm``, or where its explore recipe differs from ``like``'s an arm of the same method with ``like``'s recipe
+    (most seeds first): in a spec that varies quant.recipe (tiny_dose) naive FP4 is compared with Sol-RL on one
+    explore copy, never across copies. Unchanged where no such arm exists or no recipe is recorded."""
+    col = "p_quant.recipe"
+    if arm is None or like is None or col not in runs:
+        return arm
+    recipe_of = runs.groupby("arm")[col].first()
+    if recipe_of.get(arm) == recipe_of.get(like):
+        return arm
+    method = runs.loc[runs["arm"] == arm, "method"].iloc[0]
+    same = runs[(runs["method"] == method) & (runs[col] == recipe_of.get(like))]
+    if same.empty:
+        return arm
+    return str(same.groupby("arm")["seed"].nunique().sort_values(ascending=False, kind="stable").index[0])
