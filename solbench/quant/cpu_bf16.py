@@ -53,9 +53,6 @@ from .recipes import QuantRecipe
 
 __all__ = ["CpuBf16Linear", "cpu_bf16_unavailable_reason", "quantize_nvfp4_bf16_rows", "quantize_fp8_bf16_rows"]
 
-_FLT_MAX = torch.finfo(torch.float32).max
-
-
 def cpu_bf16_unavailable_reason(recipe: QuantRecipe, device=None) -> Optional[str]:
     """Why backend cpu_bf16 cannot run ``recipe`` on ``device``, or None. (Whether the CPU has bf16
     units is auto's question, solbench.quant.backends; an explicit request runs anywhere on CPU.)"""
