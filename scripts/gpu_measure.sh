@@ -7,9 +7,11 @@
 # 2. lays solbench out as installed (solbench/ with methods/ as solbench/methods, symlinks) under
 #    /tmp/solbench_pkg, without pip touching torch;
 # 3. scripts/gpu_check.py: the scaled-matmul explore backend against the emulated numbers at FLUX's
-#    layer shapes, sync-free, and its speed; fp32 LoRA state on a bf16 GPU model (about a minute);
-# 4. scripts/rollout_speed.py: one transformer forward of each rollout arm at the spec's shapes (BF16 through
-#    the LoRA role and through the merged copy, the explore copy; eager, then compiled), rollout_speed.csv;
+#    layer shapes (per-tensor and rowwise FP8), sync-free, and its speed; the GEMM table (bf16 F.linear against
+#    _scaled_mm tensorwise and rowwise, with and without fast accumulation); fp32 LoRA state on a bf16 GPU model;
+# 4. scripts/rollout_speed.py: one transformer forward of each rollout arm at the spec's shapes (the FP8 explore
+#    copy with fast accumulation and rowwise compiled first, BF16 merged, then eager rows, plain FP8, BF16 LoRA;
+#    each arm's error is its row), rollout_speed.csv;
 # 5. `solbench doctor SPEC --measure --isolate --budget BUDGET_S`: one iteration per method at published shapes,
 #    each method in its own process (compiled, as model.compile: auto does on CUDA);
 # Everything lands in $OUT (the device tool's output folder; ./gpu_measure_out when unset): gpu_check.json,
@@ -18,7 +20,8 @@
 # 600 s per command (DEADLINE_S).
 # Extra arguments for the measurement go in SOLBENCH_MEASURE_ARGS (e.g. "--tiny --methods sol_rl"), for
 # step 4 in SOLBENCH_SPEED_ARGS (e.g. "--tiny"), its budget in SPEED_BUDGET_S (default 200);
-# SOLBENCH_SKIP_CHECK=1 leaves step 3 out (a second measurement on the same machine), SOLBENCH_SKIP_SPEED=1 step 4.
+# SOLBENCH_SKIP_CHECK=1 leaves step 3 out (a second measurement on the same machine), SOLBENCH_SKIP_SPEED=1 step 4,
+# SOLBENCH_SKIP_MEASURE=1 step 5. Without diffusers or pydantic importable it stops at once (exit 4).
 set -uo pipefail
 SPEC=${1:-experiments/flux_main.yaml}
 BUDGET=${2:-420}
@@ -62,13 +65,18 @@ fi
 if [ -z "${SOLBENCH_SKIP_SPEED:-}" ]; then
   SPEED_BUDGET=${SPEED_BUDGET_S:-200}
   # the budget stops starting arms; the timeout also covers one arm's compilation past it
+  SPEED_LIMIT=$((SPEED_BUDGET + 150))  # and never past DEADLINE_S
+  [ $((DEADLINE_S - SECONDS - 5)) -lt "$SPEED_LIMIT" ] && SPEED_LIMIT=$((DEADLINE_S - SECONDS - 5))
+  [ "$SPEED_LIMIT" -lt 1 ] && SPEED_LIMIT=1
   # shellcheck disable=SC2086  # SOLBENCH_SPEED_ARGS is a list of arguments
-  timeout $((SPEED_BUDGET + 150)) "$PYTHON" scripts/rollout_speed.py --spec "$SPEC" --out "$OUT_DIR" \
+  timeout "$SPEED_LIMIT" "$PYTHON" scripts/rollout_speed.py --spec "$SPEC" --out "$OUT_DIR" \
     --budget "$SPEED_BUDGET" ${SOLBENCH_SPEED_ARGS:-} || { echo "gpu_measure: rollout_speed exit $?"; status=1; }
 fi
 # --isolate: each method in its own process, so a CUDA error that ends a process ends only its method's row
 LEFT=$((DEADLINE_S - SECONDS))
-if [ "$LEFT" -gt 10 ]; then  # (timeout 0 would mean no limit)
+if [ -n "${SOLBENCH_SKIP_MEASURE:-}" ]; then
+  echo "gpu_measure: measurement left out (SOLBENCH_SKIP_MEASURE)"
+elif [ "$LEFT" -gt 10 ]; then  # (timeout 0 would mean no limit)
   # shellcheck disable=SC2086  # SOLBENCH_MEASURE_ARGS is a list of arguments
   timeout "$LEFT" "$PYTHON" -m solbench doctor "$SPEC" --measure --isolate --budget "$BUDGET" \
     --out "$OUT_DIR" ${SOLBENCH_MEASURE_ARGS:-} || { echo "gpu_measure: measure exit $?"; status=1; }

@@ -17,9 +17,10 @@ with the spec's LoRA (as solbench's PolicyNets builds it: fp32 adapters on the b
   fp8_rowwise_flux on FLUX) with fast accumulation.
 
 Each arm runs eager or compiled (solbench.compile, model.compile's mode; ``--compile auto`` compiles on CUDA
-only). The default plan measures what the issue's ratio rests on first: the two fastest FP8 candidates
-compiled, then the faster BF16 path compiled, the plain FP8 copy compiled, every arm eager (seconds each), and
-last the compiled LoRA path (peft under dynamo: the slowest and least tried compile). ``--arms`` replaces the
+only). The default plan measures what the issues' ratios rest on first: the two FP8 candidates compiled (fast
+accumulation, rowwise), then the faster BF16 path compiled, then those three arms eager (seconds each), then the
+plain FP8 copy compiled and eager, the LoRA path eager, and last the LoRA path compiled (peft under dynamo: the
+slowest and least tried compile). ``--arms`` replaces the
 plan (e.g. ``explore_fast:compiled,merged:compiled,merged:eager``). Explore arms whose setting does not apply
 here (fast accumulation where the copy is not on torch's FP8 GEMM) are skipped and say why.
 
@@ -56,8 +57,8 @@ BF16_ARMS = ("lora", "merged")
 # "rowwise" its FP8 rowwise twin (the same layers)
 EXPLORE_ARMS = {"explore": ("spec", False), "explore_fast": ("spec", True), "explore_rowwise": ("rowwise", True)}
 ARMS = (*BF16_ARMS, *EXPLORE_ARMS)
-DEFAULT_PLAN = ("explore_fast:compiled", "explore_rowwise:compiled", "merged:compiled", "explore:compiled",
-                "merged:eager", "explore_fast:eager", "explore_rowwise:eager", "explore:eager", "lora:eager",
+DEFAULT_PLAN = ("explore_fast:compiled", "explore_rowwise:compiled", "merged:compiled", "merged:eager",
+                "explore_fast:eager", "explore_rowwise:eager", "explore:compiled", "explore:eager", "lora:eager",
                 "lora:compiled")
 
 
