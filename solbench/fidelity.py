@@ -69,7 +69,9 @@ class FidelitySettings:
     guidance: float | None = None
     shift: float | None = None
     recipe: str | None = None
-    backend: str | None = None  # emulated | te | auto (default: the run's; else emulated on CPU, te on CUDA)
+    # emulated | te | torch | cpu_bf16 | auto (default: the run's, emulated where the run's cpu_bf16 cannot run the
+    # recipe; else emulated on CPU, te on CUDA)
+    backend: str | None = None
     rewards: list[str] = field(default_factory=list)  # weight 1 each; default: the run's training rewards
     # (with their weights), else shapes_geneval for tiny
     run_seed: int = 0
@@ -101,6 +103,12 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
 
     device = resolve_device(settings.device)
     backend = settings.backend or (run.quant.backend if run else ("emulated" if device.type == "cpu" else "te"))
+    if not settings.backend and backend == "cpu_bf16" and recipe != NO_QUANT:
+        from solbench.quant import get_recipe
+        from solbench.quant.cpu_bf16 import cpu_bf16_unavailable_reason
+
+        if cpu_bf16_unavailable_reason(get_recipe(recipe)) is not None:
+            backend = "emulated"  # the run's cpu_bf16 cannot run this recipe (MXFP4, weight-only): as the run's auto would
     if settings.rewards:
         rewards = {name: 1.0 for name in settings.rewards}
     else:

@@ -208,6 +208,7 @@ class Trainer:
         else:
             self.store.truncate_after(-1)
             self.evaluate()  # step 0: the base model
+        self._record_cpu_rates()
         # a run resumed at its last step (killed after its final checkpoint) evaluates nothing more:
         # its final eval is the one already in the table
         final_eval: dict[str, float] = {}
@@ -224,6 +225,21 @@ class Trainer:
         if self._writer is not None:
             self._writer.close()
         return {"step": self.step, "wall_s": self.wall_s, "images_seen": self.images_seen, "eval": final_eval}
+
+    def _record_cpu_rates(self) -> None:
+        """On CPU, for a method with an explore copy: this CPU's GEMM and forward rates at the run's shapes, in
+        cpu_rates.json (solbench.cpu_rates; the report predicts Table 5 from them). Private random inputs: the
+        run's numbers do not depend on it."""
+        cls = type(self.method)
+        if self.device.type != "cpu" or "explore" not in cls.nets or not self.dist.is_main \
+                or self.step >= self.cfg.iterations:
+            return
+        from solbench.cpu_rates import cached_cpu_rates
+
+        n = getattr(self.method.config, "n", None) or 1
+        batch = self.micro_batch["rollout"] or self.cfg.prompts_per_iter * n
+        key = (self.cfg.model.name, self.cfg.model.path, self.cfg.quant.recipe, self.cfg.quant.backend, batch)
+        self.store.write_json("cpu_rates.json", cached_cpu_rates(key, self.engine, cls.rollout_net, batch))
 
     def draw_prompts(self, step: int) -> list:
         """The prompt groups of iteration ``step``: a pure function of (run seed, step)."""

@@ -53,3 +53,19 @@ def test_lora_rollout_benchmark_compares_the_view_with_a_merged_copy_of_the_same
     cells = rows[0]  # batch, view min / median, merged min / median, speedup, max |dx0|
     assert float(cells[1]) > 0 and float(cells[4]) > 0 and cells[7].endswith("x")
     assert float(cells[-1]) < 1e-3
+
+
+def test_explore_cpu_benchmark_prints_every_backend_beside_full_precision():
+    """Catches: the issue-45 benchmark not running, or dropping an arm (the cpu_bf16 row is the one that says
+    whether this CPU's explore beats full precision; its profile splits GEMM time from the quantizer's)."""
+    out = subprocess.run(
+        [sys.executable, "benchmarks/explore_cpu.py", "--batch", "4", "--repeats", "1", "--profile"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "CPU: " in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] in (["fp32"], ["emulated"], ["cpu_bf16"])}
+    assert set(rows) == {"fp32", "emulated", "cpu_bf16"}
+    for name, row in rows.items():  # name, min, /, median, ms, ratio
+        assert float(row[1]) > 0 and float(row[3]) > 0 and row[5].endswith("x")
+    assert "goal" in " ".join(rows["cpu_bf16"])
+    breakdown = [line for line in out.splitlines() if line.startswith(("GEMM ", "input quantizer"))]
+    assert len(breakdown) == 2 and float(breakdown[1].split()[-1]) > 0  # cpu_bf16 quantizes its inputs

@@ -230,12 +230,19 @@ def _no_te(monkeypatch):
                         lambda recipe: real(recipe) or "transformer_engine is not installed (simulated by the test)")
 
 
+def _no_bf16_units(monkeypatch):
+    from solbench import cpu
+
+    monkeypatch.setattr(cpu, "native_bf16", lambda cpuinfo=None: False)
+
+
 def test_auto_takes_te_then_scaled_matmul_then_emulation_and_says_why(monkeypatch):
     """backend auto without TransformerEngine: FP8 on a Hopper GPU (sm_90) goes to torch's scaled matmul,
     NVFP4 there has no native path and fails naming both reasons, or emulates with the fallback allowed;
     NVFP4 on Blackwell (sm_100) takes the scaled matmul too. Catches auto falling straight to emulation
     (an H100/H200 without TE then explored slower than BF16)."""
     _no_te(monkeypatch)
+    _no_bf16_units(monkeypatch)  # a CPU with them takes cpu_bf16 (tests/test_quant_cpu_bf16.py)
     fp8 = quant.get_recipe("fp8_w8a8")
     nvfp4 = quant.get_recipe("nvfp4_flux")
     hopper = choose_backend(fp8, "auto", capability=(9, 0))
@@ -246,7 +253,7 @@ def test_auto_takes_te_then_scaled_matmul_then_emulation_and_says_why(monkeypatc
     with pytest.raises(quant.BackendUnavailableError, match=hopper_nvfp4):
         choose_backend(nvfp4, "auto", capability=(9, 0))
     fallback = choose_backend(nvfp4, "auto", capability=(9, 0), allow_emulated_fallback=True)
-    assert fallback.backend == "emulated" and set(fallback.passed_over) == {"te", "torch"}
+    assert fallback.backend == "emulated" and set(fallback.passed_over) == {"te", "torch", "cpu_bf16"}
     assert choose_backend(nvfp4, "auto", capability=(10, 0)).backend == "torch"
     # on a CPU, auto never picks the scaled matmul (a reference kernel, not a speed-up); explicit torch may
     cpu = choose_backend(fp8, "auto", device="cpu", allow_emulated_fallback=True)
@@ -265,6 +272,7 @@ def test_the_trainer_records_the_backend_it_took(tmp_path, monkeypatch):
     from solbench.trainer import Trainer
 
     _no_te(monkeypatch)
+    _no_bf16_units(monkeypatch)
     cfg = RunConfig(method="naive_fp4", method_config={"n": 4, "k": 2}, prompts_per_iter=1, iterations=1,
                     device="cpu")
     cfg.model.path = "random"
@@ -273,4 +281,4 @@ def test_the_trainer_records_the_backend_it_took(tmp_path, monkeypatch):
     Trainer(cfg, store)
     record = json.loads((tmp_path / cfg.run_id / "explore.json").read_text())
     assert record["backend_requested"] == "auto" and record["backend"] == "emulated"
-    assert set(record["passed_over"]) == {"te", "torch"} and record["recipe"] == "nvfp4_tiny_flux"  # the default recipe
+    assert set(record["passed_over"]) == {"te", "torch", "cpu_bf16"} and record["recipe"] == "nvfp4_tiny_flux"  # the default recipe

@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one run per explore recipe under one --name, reported side by side with the "
                              f"decomposition (e.g. nvfp4_tiny,{NO_QUANT},mxfp4_w4a4,fp8_w8a8: '{NO_QUANT}' is the "
                              "step-budget-only control); overrides --recipe")
-    parser.add_argument("--backend", default=None, choices=("emulated", "te", "auto"),
+    parser.add_argument("--backend", default=None, choices=("emulated", "te", "torch", "cpu_bf16", "auto"),
                         help="quantization backend (default: the run's; else emulated on CPU, te on CUDA)")
     parser.add_argument("--rewards", default=None,
                         help="comma-separated reward names (default: the run's training rewards, else shapes_geneval)")

@@ -106,6 +106,10 @@ def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = N
             "device": env.get("device"),
             "device_name": env.get("device_name"),
             "slurm_job_id": (env.get("slurm") or {}).get("slurm_job_id"),
+            "cpu_model": (env.get("cpu") or {}).get("model"),
+            "cpu_bf16_flags": ",".join((env.get("cpu") or {}).get("native_bf16_flags") or []),
+            "explore_backend": (store.read_json("explore.json") or {}).get("backend"),
+            **_rate_columns(store.read_json("cpu_rates.json")),
             "n": method_cfg.get("n"),
             "k": method_cfg.get("k"),
             "error": status.get("error"),
@@ -170,3 +174,14 @@ def _write_parquet(frame, path: Path) -> None:
     except BaseException as err:
         _raise_storage_error(err, path, tmp)
         raise
+
+
+def _rate_columns(rates) -> dict[str, Any]:
+    """The runs table's ``rate_*`` columns from a run's cpu_rates.json (solbench.cpu_rates): GFLOP/s of the fp32
+    and bf16 GEMMs and of the full-precision and explore forwards; empty when the run measured none."""
+    if not isinstance(rates, dict):
+        return {}
+    gemm, forward = rates.get("gemm") or {}, rates.get("forward") or {}
+    values = {"rate_gemm_fp32": gemm.get("fp32_gflops"), "rate_gemm_bf16": gemm.get("bf16_gflops"),
+              "rate_forward_full": forward.get("full_gflops"), "rate_forward_explore": forward.get("explore_gflops")}
+    return {k: float(v) for k, v in values.items() if isinstance(v, (int, float))}

@@ -237,6 +237,7 @@ class _Resolver:
         checked["method_config"] = json.loads(json.dumps(dataclasses.asdict(method_cfg)))
         self._resolve_micro_batches(checked, loc, label)
         self._resolve_model_defaults(checked)
+        self._resolve_explore_backend(checked, method)
         config = RunConfig.from_dict(checked)
         self._check_run(config, loc, label)
         return PlannedRun(config=config, axes=used)
@@ -256,6 +257,18 @@ class _Resolver:
             raise ConfigError(f"{self._where(loc)}: run ({label}): {err}") from None
         if "micro_batch_size" in mc:
             mc["micro_batch_size"] = checked["micro_batch"]["train"]
+
+    @staticmethod
+    def _resolve_explore_backend(checked: dict, method: str) -> None:
+        """``quant.backend: auto`` on a run that computes on this CPU, written out as the backend it takes here
+        (solbench.quant.backends.resolve_on_cpu): for a method with an explore copy cpu_bf16 on a CPU with bf16
+        units, emulated elsewhere; a method without one computes nothing in low precision, so its quant section
+        is written as emulation's whatever the CPU: the run id changes only where the numbers do."""
+        from solbench.method import get_method
+        from solbench.quant.backends import resolve_on_cpu
+
+        resolve_on_cpu(checked["quant"], checked["device"], checked["model"]["name"],
+                       explores="explore" in get_method(method).nets)
 
     def _resolve_model_defaults(self, checked: dict) -> None:
         """A real model's unset text length, prompt instruction and LoRA init written out as its reference
@@ -368,8 +381,8 @@ class _Resolver:
                 raise ConfigError(f"{where}: {err}") from None
         if cfg.device not in ("auto", "cpu", "cuda"):
             fail("device", f"must be auto, cpu or cuda, got {cfg.device!r}")
-        if cfg.quant.backend not in ("emulated", "te", "torch", "auto"):
-            fail("quant.backend", f"must be emulated, te, torch or auto, got {cfg.quant.backend!r}")
+        if cfg.quant.backend not in ("emulated", "te", "torch", "cpu_bf16", "auto"):
+            fail("quant.backend", f"must be emulated, te, torch, cpu_bf16 or auto, got {cfg.quant.backend!r}")
         if cfg.prompts_per_iter % cfg.world_size:
             fail("prompts_per_iter", f"{cfg.prompts_per_iter} prompt groups do not split over world_size="
                                      f"{cfg.world_size} ranks; use a multiple of {cfg.world_size}")
