@@ -325,11 +325,11 @@ def test_a_done_run_without_metrics_or_spec_is_said_by_run_status_and_collect(sp
 # -- 4. one-line errors ----------------------------------------------------------------------------
 
 def test_a_spec_that_is_not_utf8_is_one_line_naming_the_file_and_line(tmp_path, capsys):
-    # Bug caught: expand, run and doctor died with a UnicodeDecodeError traceback.
+    # Bug caught: expand, run, doctor and report died with a UnicodeDecodeError traceback.
     path = tmp_path / "latin1.yaml"
     path.write_bytes("name: x\nbase:\n  description: caf\xe9\n".encode("latin-1"))
     for command in (["expand", str(path)], ["run", str(path), "--results", str(tmp_path / "r")],
-                    ["doctor", str(path)]):
+                    ["doctor", str(path)], ["report", str(path), "--results", str(tmp_path / "r")]):
         assert cli(command) == 2, command
         line = one_error_line(capsys.readouterr().err, command[0])
         assert f"{path}:3: not UTF-8 text (byte e9 at column 19)" in line, line
@@ -425,3 +425,15 @@ def test_a_prompt_file_that_does_not_exist_is_refused_at_expansion_naming_the_sp
     (tmp_path / "nowhere").mkdir()
     (tmp_path / "nowhere" / "train.txt").write_text("".join(f"a red circle number {i}\n" for i in range(8)))
     assert cli(["expand", str(path)]) == 0
+
+
+def test_report_names_are_held_to_the_spec_name_pattern(tmp_path, capsys):
+    """Bug caught: `solbench report` took the experiment name from its argument or from an unvalidated spec's
+    `name` and wrote reports/<name>: '../escape' wrote the report outside the reports root."""
+    spec = tmp_path / "evil.yaml"
+    spec.write_text("name: ../../escape\n")
+    for command in (["report", str(spec), "--results", str(tmp_path / "r"), "--reports", str(tmp_path / "rep")],
+                    ["report", "../escape", "--results", str(tmp_path / "r"), "--reports", str(tmp_path / "rep")]):
+        assert cli(command) == 2, command
+        assert "is not an experiment name" in one_error_line(capsys.readouterr().err, "report")
+    assert not (tmp_path / "escape").exists() and not (tmp_path.parent / "escape").exists()

@@ -48,8 +48,12 @@ def resolve_experiment(spec_or_experiment: str | Path, results_root: str | Path 
             raise ConfigError(f"{target}: no such spec file")
         import yaml
 
+        from solbench.spec.yaml_lines import non_utf8
+
         try:
-            data = yaml.safe_load(target.read_text()) or {}
+            data = yaml.safe_load(target.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as err:
+            raise ConfigError(non_utf8(target, err)) from None
         except yaml.YAMLError as err:
             raise ConfigError(f"{target}: not valid YAML ({err})") from err
         if not isinstance(data, dict):
@@ -58,14 +62,29 @@ def resolve_experiment(spec_or_experiment: str | Path, results_root: str | Path 
         report = data.get("report") or {}
         if not isinstance(report, dict):
             raise ConfigError(f"{target}: `report` must be a mapping of report options")
+        _check_name(str(name), f"{target}: name")
         return str(name), results_root / str(name), report
     if target.is_dir() and (target / "runs.parquet").exists():
-        return target.name, target, {}
+        _check_name(target.resolve().name, f"{target}: the results folder's name")
+        return target.resolve().name, target, {}
+    _check_name(str(spec_or_experiment), "experiment")
     folder = results_root / str(spec_or_experiment)
     if not folder.is_dir():
         raise SolbenchError(f"no results for experiment {str(spec_or_experiment)!r}: {folder} does not exist "
                             "(give a spec file, an experiment name under --results, or a results folder)")
     return str(spec_or_experiment), folder, {}
+
+
+def _check_name(name: str, where: str) -> None:
+    """The report folder is reports/<name>: a name outside the spec names' pattern (``..``, a path, an absolute
+    name) would write it outside the reports root, so it is refused in one line."""
+    import re
+
+    from solbench.spec import NAME_PATTERN
+
+    if not re.match(NAME_PATTERN, name):
+        raise ConfigError(f"{where}: {name!r} is not an experiment name (letters, digits, '_', '.', '-', starting "
+                          "with a letter or digit): the report folder reports/<name> must stay inside the reports root")
 
 
 def write_report(spec_or_experiment: str | Path, results_root: str | Path = "results",
