@@ -459,9 +459,12 @@ def test_quant_explore_fns_te_without_fallback_raises_backend_unavailable(no_te)
 
 
 @pytest.mark.parametrize("backend", ["te", "auto"])
-def test_quant_explore_fns_te_with_fallback_emulates_and_warns(backend, caplog, no_te):
+def test_quant_explore_fns_te_with_fallback_emulates_and_warns(backend, caplog, no_te, monkeypatch):
+    from solbench import cpu
     from solbench.trainer import quant_explore_fns
 
+    # a CPU without bf16 units (with them, auto explores on cpu_bf16: tests/test_quant_cpu_bf16.py)
+    monkeypatch.setattr(cpu, "native_bf16", lambda cpuinfo=None: False)
     source = _small_net()
     factory, sync = quant_explore_fns(QuantConfig(recipe="nvfp4_w4a4", backend=backend, allow_emulated_fallback=True))
     with caplog.at_level(logging.WARNING, logger="solbench.trainer"):
