@@ -200,7 +200,7 @@ def _fidelity_setup(runs: pd.DataFrame) -> Table | None:
     cols = ["run_id", "arm", "model"] + [c for c in _SETUP if c in runs]
     data = runs[cols].rename(columns={"arm": "method", **_SETUP}).reset_index(drop=True)
     if "checkpoint" in data:
-        data["checkpoint"] = data["checkpoint"].fillna("base model")
+        data["checkpoint"] = data["checkpoint"].astype(object).fillna("base model")
     else:
         data["checkpoint"] = "base model"
     if {"explore recipe", "backend"} <= set(data.columns):  # a full-precision control has no low-precision backend
