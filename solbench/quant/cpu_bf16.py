@@ -75,34 +75,12 @@ def cpu_bf16_unavailable_reason(recipe: QuantRecipe, device=None) -> Optional[st
 # --------------------------------------------------------------------------------------------
 
 
-def _nvfp4_bf16_rows(x2d: torch.Tensor, one_sixth: torch.Tensor):
-    """[rows, K] (K % 16 == 0) -> (bf16 [rows * K / 16, 16] of e2m1 * s_b, S_dec (fp32 0-dim), global amax).
-
-    The operations of solbench.quant.fused._fake_nvfp4_rows in the same order (TE's global scale, E4M3
-    block scales, E2M1 rounding), so codes and scales are the emulated path's bit for bit; only the last
-    product differs: by s_b (exact in fp32 and in bf16) instead of by fp32(s_b * S_dec).
-    """
-    y, block_scale, decode_global, global_amax, _ = fused.nvfp4_rows_e2m1(x2d, one_sixth)
-    # [n_blocks, 16], reshaped by the caller (a reshape in here adds a copy pass: see fused)
-    return (y * block_scale[:, None]).to(torch.bfloat16), decode_global, global_amax
-
-
-def _fp8_bf16_rows(x2d: torch.Tensor):
-    """[rows, K] -> (bf16 E4M3 values of x * (448 / amax), the decode scale): fused._fp8_tensor_rows' codes, widened."""
-    codes, decode = fused._fp8_tensor_rows(x2d)
-    return codes.to(torch.bfloat16), decode
-
-
-fused._KERNELS.setdefault("nvfp4_bf16_rows", _nvfp4_bf16_rows)  # compiled through fused.kernel like its siblings
-fused._KERNELS.setdefault("fp8_bf16_rows", _fp8_bf16_rows)
-
-
 def quantize_nvfp4_bf16_rows(x2d: torch.Tensor, where: str = "input") -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 (1x16 blocks, TE's current scaling) of a [rows, K] tensor as (bf16 [rows, K] values e2m1 * s_b,
     fp32 0-dim S_dec): ``values * S_dec`` is the emulated path's fake-quantized input up to one fp32 rounding."""
     rows, k = x2d.shape
     compiled = fused.kernel("nvfp4_bf16_rows", x2d)
-    fn = compiled if compiled is not None else _nvfp4_bf16_rows
+    fn = compiled if compiled is not None else fused._nvfp4_bf16_rows
     values, decode, global_amax = fn(x2d, _FP32_ONE_SIXTH_TENSOR)
     if not torch.isfinite(global_amax):
         raise NonFiniteError(f"{where}: the tensor holds NaN or inf (cpu_bf16 runs nonfinite: error)")
@@ -112,7 +90,7 @@ def quantize_nvfp4_bf16_rows(x2d: torch.Tensor, where: str = "input") -> tuple[t
 def quantize_fp8_bf16_rows(x2d: torch.Tensor, where: str = "input") -> tuple[torch.Tensor, torch.Tensor]:
     """FP8 E4M3 per tensor (TE's current scaling) of a [rows, K] tensor as (bf16 codes' values, fp32 decode)."""
     compiled = fused.kernel("fp8_bf16_rows", x2d)
-    values, decode = (compiled if compiled is not None else _fp8_bf16_rows)(x2d)
+    values, decode = (compiled if compiled is not None else fused._fp8_bf16_rows)(x2d)
     if not torch.isfinite(decode):  # a NaN amax gives a NaN scale, an infinite one 1 / 0
         raise NonFiniteError(f"{where}: the tensor holds NaN or inf (cpu_bf16 runs nonfinite: error)")
     return values, decode

@@ -264,21 +264,35 @@ def _fp8_tensor_rows(x2d: torch.Tensor):
     inductor's eager division rounding on GPUs, ``native_kernel``). max |x| of the input dtype equals
     aminmax's max(high, -low) exactly (abs is exact); -0.0 and 0.0 both give the unit scale.
     """
-    amax = x2d.abs().amax().float()
+    return _e4m3_codes(x2d, x2d.abs().amax().float())
+
+
+def _fp8_channel_rows(x2d: torch.Tensor):
+    """native.quantize_fp8_rowwise: _fp8_tensor_rows with one amax and scale per row ([M, 1]), as
+    formats.quantize(x, "fp8", "channel") computes them (fp8._fp8_plan's arithmetic, per row)."""
+    return _e4m3_codes(x2d, x2d.abs().amax(dim=-1, keepdim=True).float())
+
+
+def _e4m3_codes(x2d: torch.Tensor, amax: torch.Tensor):
+    """TE's current scaling from ``amax`` (0-dim, or [M, 1] per row): (E4M3 codes of x * 448 / amax, decode scale)."""
     one = torch.ones_like(amax)
     encode = torch.where(amax == 0, one, torch.clamp(torch.full_like(amax, 448.0) / amax, max=_FLT_MAX))
     codes = (x2d.float() * encode).to(torch.float8_e4m3fn)  # RNE; |x * encode| <= 448 by construction
     return codes, one / encode
 
 
-def _fp8_channel_rows(x2d: torch.Tensor):
-    """native.quantize_fp8_rowwise: _fp8_tensor_rows with one amax and scale per row ([M, 1]), as
-    formats.quantize(x, "fp8", "channel") computes them (fp8._fp8_plan's arithmetic, per row)."""
-    amax = x2d.abs().amax(dim=-1, keepdim=True).float()
-    one = torch.ones_like(amax)
-    encode = torch.where(amax == 0, one, torch.clamp(torch.full_like(amax, 448.0) / amax, max=_FLT_MAX))
-    codes = (x2d.float() * encode).to(torch.float8_e4m3fn)
-    return codes, one / encode
+def _nvfp4_bf16_rows(x2d: torch.Tensor, one_sixth: torch.Tensor):
+    """solbench.quant.cpu_bf16's input quantizer: [rows, K] (K % 16 == 0) -> (bf16 [rows * K / 16, 16] of
+    e2m1 * s_b, S_dec (fp32 0-dim), global amax). nvfp4_rows_e2m1's codes and scales, scaled back by s_b alone
+    (exact in fp32 and in bf16) instead of by fp32(s_b * S_dec); reshaped by the caller (see _fake_nvfp4_rows)."""
+    y, block_scale, decode_global, global_amax, _ = nvfp4_rows_e2m1(x2d, one_sixth)
+    return (y * block_scale[:, None]).to(torch.bfloat16), decode_global, global_amax
+
+
+def _fp8_bf16_rows(x2d: torch.Tensor):
+    """solbench.quant.cpu_bf16's FP8 input quantizer: _fp8_tensor_rows' codes widened to bf16 (exact), the decode scale."""
+    codes, decode = _fp8_tensor_rows(x2d)
+    return codes.to(torch.bfloat16), decode
 
 
 _KERNELS: Dict[str, Callable] = {
@@ -294,6 +308,8 @@ _KERNELS: Dict[str, Callable] = {
     "decode_e4m3": _decode_e4m3,
     "fp8_tensor_rows": _fp8_tensor_rows,
     "fp8_channel_rows": _fp8_channel_rows,
+    "nvfp4_bf16_rows": _nvfp4_bf16_rows,
+    "fp8_bf16_rows": _fp8_bf16_rows,
 }
 
 
