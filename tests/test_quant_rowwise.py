@@ -14,8 +14,7 @@ import torch.nn.functional as F
 
 from solbench import quant
 from solbench.quant import formats
-from solbench.quant.native import (NativeLinear, native_unavailable_reason, quantize_fp8_rows, quantize_fp8_rowwise,
-                                   share_input_quantization)
+from solbench.quant.native import NativeLinear, native_unavailable_reason, quantize_fp8_rows, quantize_fp8_rowwise
 
 from test_quant_native import _inputs
 
@@ -109,9 +108,10 @@ def test_scaled_matmul_layers_reading_one_tensor_quantize_it_once(recipe, monkey
     recipe = quant.get_recipe(recipe) if recipe != "rowwise" else ROWWISE
     torch.manual_seed(0)
     model = _Attention().to(torch.bfloat16)
-    separate = quant.quantized_copy(model, recipe.replace(backend="torch"))
+    separate = quant.quantized_copy(model, recipe.replace(backend="torch"), share_input_quantization=False)
     shared = quant.quantized_copy(model, recipe.replace(backend="torch"))
-    assert share_input_quantization(shared) == 4
+    layers = [m for m in shared.modules() if isinstance(m, native.NativeLinear)]
+    assert len(layers) == 4 and len({id(m.shared_inputs) for m in layers}) == 1 and layers[0].shared_inputs is not None
     name = "quantize_fp8_rowwise" if recipe.rowwise else "quantize_fp8_rows"
     calls = []
     original = getattr(native, name)
@@ -170,8 +170,7 @@ def test_shared_scaled_matmul_layers_compile_to_the_eager_bits():
     (fullgraph) and give the eager layers' bits, per-tensor and rowwise. Catches the cache breaking compiled
     sampling of the explore copy."""
     for recipe in (quant.get_recipe("fp8_w8a8"), ROWWISE):
-        copy = quant.quantized_copy(_Attention().to(torch.bfloat16), recipe.replace(backend="torch"))
-        share_input_quantization(copy)
+        copy = quant.quantized_copy(_Attention().to(torch.bfloat16), recipe.replace(backend="torch"))  # shares inputs
 
         def qkv(x):
             return [copy.to_q(x), copy.to_k(x), copy.to_v(x)]

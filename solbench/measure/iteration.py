@@ -179,10 +179,10 @@ def _explore_fns(cfg, device: torch.device, notes: list[str], *, recipe=None, fa
     quant.fast_accum) turns on the FP8 GEMM's fast accumulation where the copy runs on torch's scaled matmul
     (solbench.quant.native.set_fast_accum), as trainer_setup.quant_explore_fns does for a run; elsewhere it
     is left off and ``notes`` says so. Layers of the copy that read one tensor quantize it once
-    (native.share_input_quantization)."""
+    (quantized_copy's share_input_quantization)."""
     from solbench import quant
     from solbench.quant.backends import choose_backend
-    from solbench.quant.native import set_fast_accum, share_input_quantization
+    from solbench.quant.native import set_fast_accum
 
     recipe = quant.get_recipe(cfg.quant.recipe if recipe is None else recipe)
     fast_accum = cfg.quant.fast_accum if fast_accum is None else fast_accum
@@ -205,7 +205,6 @@ def _explore_fns(cfg, device: torch.device, notes: list[str], *, recipe=None, fa
     def factory(module):
         copy = quant.quantized_copy(module, chosen)
         if choice.backend == "torch":
-            share_input_quantization(copy)
             set_fast_accum(copy, bool(fast_accum))
         return copy
 

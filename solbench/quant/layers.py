@@ -313,7 +313,7 @@ def make_quantized_layer(
         return TELinear(linear, recipe, name=name, weight=weight, bias=bias)
     if recipe.backend == "torch":
         layer = NativeLinear(linear.in_features, linear.out_features, bias is not None, recipe, name=name,
-                             dtype=weight.dtype, device=weight.device)
+                             dtype=weight.dtype, device=weight.device, shared_inputs=shared_inputs)
         layer.load_weight(weight, bias)
         return layer
     if recipe.backend == "cpu_bf16":

@@ -194,7 +194,7 @@ def quantized_copy(
         model: the policy: any nn.Module, possibly a peft `PeftModel` or a model with LoRA
             adapters injected. It is not modified.
         recipe: a `QuantRecipe` or a name from `RECIPES` ("nvfp4_flux", "nvfp4_tiny", ...).
-        share_input_quantization: emulated and cpu_bf16 backends. Layers fed the very same activation
+        share_input_quantization: emulated, cpu_bf16 and torch (scaled matmul) backends. Layers fed the very same activation
             tensor (q/k/v projections) quantize it once; results are bit-identical. Turn off
             under torch.compile, which cannot trace the identity check.
         share_frozen: the copy reuses (does not copy) the frozen parameters of layers it keeps in
@@ -226,7 +226,7 @@ def quantized_copy(
     for parameter in copied.parameters():
         parameter.grad = None
     copied.requires_grad_(False)
-    shared = (_SharedInputQuantization() if share_input_quantization and recipe.backend in ("emulated", "cpu_bf16")
+    shared = (_SharedInputQuantization() if share_input_quantization and recipe.backend in ("emulated", "cpu_bf16", "torch")
               else None)
 
     rows: List[LayerQuantization] = []

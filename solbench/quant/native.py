@@ -13,8 +13,8 @@ per-tensor scale) and runs torch's scaled matrix multiply on it:
   arithmetic is traced into the block's graph, where inductor fuses the quantizations of a tensor that
   several layers read (q, k, v) into one pass: the input read and its amax and scale computed once,
   each layer's codes written by that pass (tests/test_quant_native.py reads the generated code). Eager
-  forwards quantize once per input too where layers share it (``share_input_quantization``: q/k/v,
-  FLUX single blocks' fused input projections). ``fast_accum`` (quant.fast_accum)
+  forwards quantize once per input too where layers share it (quantized_copy's ``share_input_quantization``:
+  q/k/v, FLUX single blocks' fused input projections). ``fast_accum`` (quant.fast_accum)
   lets the FP8 GEMM accumulate in its faster, less precise mode (``use_fast_accum``).
 - FP8 rowwise (recipes with ``rowwise``, e.g. ``fp8_rowwise_flux``): a scale per input row (token) and per
   output channel of the weight, ``torch._scaled_mm`` with scale_a [M, 1] and scale_b [1, N] (torchao's
@@ -61,7 +61,7 @@ from .common import BackendUnavailableError, copy_layer_bias, quantize_layer_wei
 from .recipes import QuantRecipe
 
 __all__ = ["NativeLinear", "native_unavailable_reason", "quantize_fp8_rows", "quantize_fp8_rowwise", "quantize_nvfp4_rows",
-           "set_fast_accum", "share_input_quantization"]
+           "set_fast_accum"]
 
 # Blackwell is the first architecture with FP4 tensor cores; Ada and Hopper have FP8.
 _NEEDED_CAPABILITY = {"fp8": (8, 9), "nvfp4": (10, 0)}
@@ -174,7 +174,7 @@ class NativeLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.recipe, self.name, self.dtype = recipe, name, dtype
         self.fast_accum = False  # FP8: the GEMM's fast accumulation (quant.fast_accum; set_fast_accum)
-        # layers reading one tensor quantize it once (quant.layers._SharedInputQuantization; share_input_quantization)
+        # layers reading one tensor quantize it once (quant.common._SharedInputQuantization, given by quantized_copy)
         self.shared_inputs = shared_inputs
         fp4 = recipe.format == "nvfp4"
         self.register_buffer("codes", torch.zeros(out_features, in_features // 2 if fp4 else in_features,
@@ -278,20 +278,6 @@ def set_fast_accum(model: nn.Module, enabled: bool) -> int:
     layers = [m for m in model.modules() if isinstance(m, NativeLinear) and m.recipe.format == "fp8"]
     for layer in layers:
         layer.fast_accum = bool(enabled)
-    return len(layers)
-
-
-def share_input_quantization(model: nn.Module) -> int:
-    """Give every NativeLinear of ``model`` (a quantized copy) one shared input cache, so that layers the model
-    feeds the very same tensor (q/k/v, FLUX single blocks' attention and MLP input projections) quantize it once
-    per forward: the emulated backend's ``_SharedInputQuantization`` (a hit needs the same tensor object at the
-    same version, so a reused result is bit-identical to recomputing it). Returns how many layers share it."""
-    from .common import _SharedInputQuantization
-
-    layers = [m for m in model.modules() if isinstance(m, NativeLinear)]
-    shared = _SharedInputQuantization()
-    for layer in layers:
-        layer.shared_inputs = shared
     return len(layers)
 
 
