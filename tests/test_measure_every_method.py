@@ -3,7 +3,7 @@ tiny components, 21 of 21 pairs, and every timed phase did its work.
 
 The bug it holds: FlowGRPO's train phase measured as a 0.0004 s phase with 0 FLOPs on flux_main, sd35_main and
 sana_main, because reward models on random weights tie (every advantage zero, nothing trained). The measurement now
-scores with solbench.measure.iteration.UntiedReward (the random-weight model's score plus each image's mean pixel
+scores with solbench.measure.work.UntiedReward (the random-weight model's score plus each image's mean pixel
 value), and a phase that did no work says so instead of printing a time. To keep it to about a minute on two cores,
 each run takes its method's tiny_config sizes (a group of 3-4 instead of 24-96) and two sampling steps; the
 spec's method, model, micro-batches, LoRA, recipe, rewards and sampler stay as they are.
@@ -53,7 +53,7 @@ def test_every_method_of_every_real_spec_does_work_in_every_timed_phase(spec, tm
 
 def test_a_phase_that_did_no_work_is_reported_unmeasured_not_timed():
     """The table's side: a train phase with FLOPs but no changed parameter, or without FLOPs, prints no time."""
-    from solbench.measure.iteration import did_work
+    from solbench.measure.work import did_work
     from solbench.measure.table import markdown
 
     train = {"phase": "train", "precision": "full", "seconds": 0.0004, "n_images": 0, "flops": None,
@@ -74,7 +74,7 @@ def test_untied_reward_keeps_the_models_work_and_breaks_its_ties():
     each image's mean pixel value is added, and attributes the trainer sets (batch_size) reach the model."""
     import torch
 
-    from solbench.measure.iteration import UntiedReward
+    from solbench.measure.work import UntiedReward
 
     seen = []
 
