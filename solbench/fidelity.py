@@ -20,6 +20,12 @@ status.json, candidates.jsonl with a ``reward_name`` column, timings.jsonl), col
 prompt group is an "all seeds" group. The run id hashes the experiment's settings, so runs with other
 settings (say ``explore_steps`` 6 and 10, or ``recipe`` none to isolate the step-count effect) sit
 side by side in one experiment and appear as separate arms of its report.
+
+One job, about 450 lines: a fidelity run from its settings to its stored candidates (``resolve``, ``build_engine``,
+``sample``, ``run``) and a spec's ``fidelity:`` block as several such runs (``run_spec_block``: settings per entry
+and recipe, worker processes). Which checkpoints a block names is solbench.fidelity_plan's, its validation
+solbench.spec.fidelity_block's, its report solbench.report.fidelity*; the block runner stays here because it is
+``run`` in a loop over settings, with no state of its own.
 """
 
 from __future__ import annotations

@@ -39,10 +39,12 @@ everything needed to continue bit for bit: trainable weights of every role, opti
 state, RNG states, step, wall-clock and images seen. On start, the newest checkpoint is loaded and
 rows after its step are dropped first, so a resumed run neither loses nor duplicates rows.
 
-This module is one class and its entry point (over 450 lines for that reason): ``Trainer`` is the
+This module is one class and its entry point (over 500 lines for that reason): ``Trainer`` is the
 training loop, whose methods share one run's state (step, optimizer, engine, store); the set-up it
 builds a run from and the pure helpers of its schedule are in solbench.trainer_setup, re-exported
-here.
+here, and the measurements it hosts without owning them are modules of their own (the explore gap,
+solbench.explore_gap; this CPU's rates, solbench.cpu_rates; checkpoint contents, solbench.results.checkpoint):
+the class keeps only the call and the record.
 """
 
 from __future__ import annotations
