@@ -7,7 +7,9 @@ own: fidelity of intermediate checkpoints and of several seeds' final policies, 
 fidelity against training iteration (solbench/report/fidelity_steps.py).
 
 The main arm of a method is the one the report's Findings compare (solbench.report.findings_common.main_arm):
-most seeds, then the most method settings at their most common value, then the most common horizon. A run keeps
+most seeds, then the explore copy (quant.recipe) most common among all the spec's runs (tiny_paper's dose arms run
+Sol-RL on other copies with as many seeds as its main arm), then the most method settings at their most common
+value, then the most common horizon. A run keeps
 its last ``CHECKPOINTS_KEPT`` checkpoints (solbench.results.store), saved every ``checkpoint_every`` iterations
 and at its last: ``kept_steps`` says which survive, and ``entry_problem`` refuses, when the spec is expanded, a
 step that will not be on disk when the block runs after training.
@@ -61,8 +63,10 @@ def arm_runs(runs: list, method: str, iterations: int | None = None) -> list:
         return []
     arms: dict[tuple, list] = {}
     for r in mine:
-        key = (json.dumps(r.config.method_config, sort_keys=True, default=str), r.config.iterations)
+        key = (json.dumps(r.config.method_config, sort_keys=True, default=str), r.config.iterations,
+               r.config.quant.recipe)
         arms.setdefault(key, []).append(r)
+    copy = Counter(r.config.quant.recipe for r in runs).most_common(1)[0][0]  # the spec's explore copy
     settings = {key: json.loads(key[0]) for key in arms}
     weights = Counter()  # runs per (setting, value): the most common value is the default an ablation varies around
     for key, group in arms.items():
@@ -76,7 +80,7 @@ def arm_runs(runs: list, method: str, iterations: int | None = None) -> list:
 
     def rank(key):
         at_mode = sum(json.dumps(v, sort_keys=True, default=str) == modes[n][0] for n, v in settings[key].items())
-        return (len({r.config.seed for r in arms[key]}), at_mode, key[1] == horizon)
+        return (len({r.config.seed for r in arms[key]}), key[2] == copy, at_mode, key[1] == horizon)
 
     best = max(arms, key=rank)
     return sorted(arms[best], key=lambda r: (r.config.seed, r.run_id))

@@ -10,11 +10,15 @@ from pathlib import Path
 import pandas as pd
 
 from solbench.fidelity_plan import planned_count
+from solbench.report.findings_common import NOT_JUDGED
+from solbench.report.stats import CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, PROJECTION, REPRODUCED
 from solbench.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "reports" / "tiny_paper"
-VERDICTS = {"reproduced", "contradicted", "inconclusive", "not measured by this spec", "projection"}
+
+#: every verdict the Findings rule can give (a binary reward's Table 8 row is described, not judged: issue 48)
+VERDICTS = {REPRODUCED, CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, PROJECTION, NOT_JUDGED}
 
 
 def test_the_committed_report_opens_with_computed_findings_with_intervals():

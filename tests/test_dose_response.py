@@ -157,6 +157,38 @@ def test_report_section_renders_the_gap_and_the_dose_response(tmp_path):
     assert (tmp_path / "dose.png").stat().st_size > 10_000
 
 
+def test_tiny_papers_layout_reads_the_long_arms_at_the_dose_horizon_and_keeps_them_main(tmp_path):
+    """tiny_paper's layout (build_dose(long_recipe=...)): the runs' own recipe has long naive FP4, Sol-RL and naive
+    BF16 arms (checkpoint every 16, run on past the dose arms' last evaluation to where the reward collapses) beside
+    Sol-RL ablation arms. Catches: the long recipe's dose row read at the long arms' own end (its verdict turns:
+    there naive FP4 ends far above Sol-RL), the dose averaged over gap rows past the compared iteration, and the main
+    arm of Sol-RL or naive FP4 (Table 1's, the learning curves') taken from another explore copy: naive FP4's three
+    copies tie in seeds and runs, and the long arm's horizon is not the most common one."""
+    from fixtures.synthetic_results import DOSE_RECIPES, DOSE_STEPS, build_dose, dose_final_gain
+    from solbench.report import ReportOptions, Tables, get_kind
+    from solbench.report.findings_common import main_arm
+
+    tables = Tables.load(build_dose(tmp_path, long_recipe="nvfp4_tiny_flux"), ReportOptions(n_boot=200))
+    runs = tables.done_runs
+    sol = main_arm(tables, runs, "sol_rl")
+    chosen = runs[runs["arm"] == sol].iloc[0]
+    assert (chosen["p_quant.recipe"], chosen["p_iterations"], chosen["p_method_config.explore_steps"]) == (
+        "nvfp4_tiny_flux", 16, 6)
+    fp4 = runs[runs["arm"] == main_arm(tables, runs, "naive_fp4")].iloc[0]
+    assert (fp4["p_quant.recipe"], fp4["p_iterations"]) == ("nvfp4_tiny_flux", 16)
+    outputs = {getattr(o, "name", o.title): o for o in get_kind("dose_response")(tables)}
+    dose = outputs["dose_response_tiny"].data
+    train = dose[dose["metric"] == "shapes_geneval"].set_index("recipe")
+    assert set(train["iteration"]) == {DOSE_STEPS[-1]}
+    row = train.loc["nvfp4_tiny_flux"]
+    assert row["dose"] == pytest.approx(DOSE_RECIPES["nvfp4_tiny_flux"] * 1.05)
+    expected = dose_final_gain("naive_fp4", 0.10) - dose_final_gain("sol_rl", 0.10)
+    assert row["effect"] == pytest.approx(expected, abs=0.003) and row["verdict"] == "inconclusive"
+    assert row["vs_bf16"] == pytest.approx(dose_final_gain("naive_fp4", 0.10) - dose_final_gain("naive_scaling", 0.10),
+                                           abs=0.003)
+    assert "Sol-RL (explore_steps=2" not in row["sol_arm"]
+
+
 def test_report_section_explains_results_without_gap_rows(tmp_path):
     """Results of runs that never measured the gap get a note, not an empty or failing section."""
     from fixtures.synthetic_results import build_main

@@ -342,7 +342,9 @@ def test_a_table8_interval_too_wide_to_decide_says_it_is_too_small_to_judge(tmp_
 
 def test_tiny_papers_fidelity_block_plans_final_and_halfway_checkpoints_of_three_seeds(tmp_path):
     """Catches: a fidelity block that could measure only one seed's final checkpoint per method (no fidelity
-    against iteration), and a step the run deletes before the block runs (a run keeps its last two)."""
+    against iteration), a step the run deletes before the block runs (a run keeps its last two), and Sol-RL's final
+    policy taken from the dose-response's arms (issue 48: Sol-RL on MXFP4 copies, as many seeds as the main arm and
+    the most common horizon) instead of the long arm on the spec's own copy."""
     from solbench.errors import ConfigError
     from solbench.fidelity import _block_settings
     from solbench.fidelity_plan import planned_count
@@ -380,7 +382,16 @@ def test_tiny_paper_keeps_three_seeds_per_primary_claim_and_final_numbers_held_o
     spec = load_spec(ROOT / "experiments" / "tiny_paper.yaml")
     cfgs = [r.config for r in spec.runs]
     assert {c.eval.prompts for c in cfgs} == {"shapes/heldout"} and {c.model.path for c in cfgs} == {None}
-    assert {c.quant.recipe for c in cfgs} == {"nvfp4_tiny_flux"}
+    # the dose-response (issue 48): naive FP4 and Sol-RL on three explore copies, 3 seeds each; all else on FLUX's
+    dose = {"nvfp4_tiny_flux", "mxfp4_tiny_flux", "mxfp4_w4a4"}
+    assert {c.quant.recipe for c in cfgs} == dose
+    assert {c.quant.recipe for c in cfgs if c.method not in ("sol_rl", "naive_fp4")} == {"nvfp4_tiny_flux"}
+    for method in ("sol_rl", "naive_fp4"):
+        for recipe in dose:
+            assert len({c.seed for c in cfgs if c.method == method and c.quant.recipe == recipe
+                        and c.method_config.get("explore_steps", 6) == 6 and c.method_config.get("k") == 4
+                        and c.method_config.get("n") == 16}) == 3, (method, recipe)
+            assert all(c.eval.explore_gap_every for c in cfgs if c.method == method), method
 
     def seeds(method, iterations, **settings):
         return {c.seed for c in cfgs if c.method == method and c.iterations == iterations

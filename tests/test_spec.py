@@ -91,6 +91,35 @@ def test_include_ranges_over_missing_matrix_keys_and_exclude_removes(tmp_path):
     assert all(r.config.method_config["n"] == 8 and r.config.method_config["k"] == 2 for r in fp4)
 
 
+def test_a_section_set_in_an_include_entry_merges_key_by_key_as_in_base_and_methods(tmp_path):
+    """Catches: ``{eval: {explore_gap_every: 8}}`` in an include entry replacing the whole eval section (its
+    rewards became null and the expansion died in a TypeError), while the same value under ``methods:`` merges; and
+    the training reward weights merged where an entry means to replace them (rewards is a map, not a section)."""
+    spec = load_spec(write(tmp_path, """
+        matrix:
+          method: [diffusion_nft]
+        include:
+          - {method: naive_fp4, eval: {explore_gap_every: 8}, rewards: {shapes_clip: 1.0}}
+    """))
+    fp4 = next(r for r in spec.runs if r.method == "naive_fp4").config
+    nft = next(r for r in spec.runs if r.method == "diffusion_nft").config
+    assert fp4.eval.explore_gap_every == 8 and fp4.eval.rewards == ["shapes_geneval"] and fp4.eval.n_prompts == 2
+    assert nft.eval.explore_gap_every != 8
+    assert fp4.rewards == {"shapes_clip": 1.0} and nft.rewards == {"shapes_geneval": 1.0}
+
+
+def test_null_eval_rewards_is_a_clear_error_naming_the_key(tmp_path):
+    """Catches: ``eval: {rewards: null}`` in an include entry crashing the expansion with a TypeError (as an
+    entry's eval section that replaced the base's did) instead of naming the file, line and key."""
+    with pytest.raises(ConfigError, match=r"spec\.yaml:8: .*eval\.rewards: Input should be a valid array, got None"):
+        load_spec(write(tmp_path, """
+            matrix:
+              method: [diffusion_nft]
+            include:
+              - {method: naive_fp4, eval: {rewards: null}}
+        """))
+
+
 def test_run_id_is_stable_and_excludes_launch(tmp_path):
     body = textwrap.dedent("""
         matrix:

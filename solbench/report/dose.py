@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from solbench.report.findings_common import Finding, main_arm, reward_roles
-from solbench.report.paired import paired_difference
+from solbench.report.paired import _eval_steps as eval_steps, paired_difference, seed_runs
 from solbench.report.plotting import int_ticks, new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import CI, fmt_bounded_ci, fmt_ci, mean_ci
@@ -70,11 +70,15 @@ def recipe_arms(tables: Tables, runs: pd.DataFrame, method: str) -> dict[str, st
     return out
 
 
-def doses(rows: pd.DataFrame, arms: dict[str, dict[str, str]], level: float) -> dict[str, CI]:
+def doses(rows: pd.DataFrame, arms: dict[str, dict[str, str]], level: float,
+          horizon: int | None = None) -> dict[str, CI]:
     """{recipe: the sample error its naive FP4 arm trained on (its Sol-RL arm's where naive FP4 has no rows)}: per run
-    the mean x0_rel_dist over its measured iterations, then the t interval over run seeds."""
+    the mean x0_rel_dist over its measured iterations (up to ``horizon`` when given), then the t interval over run
+    seeds."""
     out = {}
     d = rows[rows["metric"] == DOSE] if not rows.empty else rows
+    if horizon is not None and not d.empty:
+        d = d[d["step"] <= horizon]
     for recipe in sorted(set(arms.get("naive_fp4", {})) | set(arms.get("sol_rl", {}))):
         for method in EXPLORING:
             arm = arms.get(method, {}).get(recipe)
@@ -93,11 +97,24 @@ def _ordered(recipes, dose: dict[str, CI]) -> list[str]:
 def dose_findings(tables: Tables, model: str) -> list[Finding]:
     """Naive FP4 minus Sol-RL at equal iterations per explore recipe and eval reward (claim: below zero), for
     results with two or more recipes that both methods ran."""
-    return [f for _, f in _dose_pairs(tables, model)]
+    return [f for _, f, _ in _dose_pairs(tables, model)]
 
 
-def _dose_pairs(tables: Tables, model: str) -> list[tuple[str, Finding]]:
-    """[(recipe, Finding)] of ``dose_findings``, recipes by growing dose."""
+def dose_horizon(tables: Tables, model: str, metric: str, arms) -> int | None:
+    """The last evaluation of ``metric`` that every run of ``arms`` reached. The dose-response reads every recipe
+    there, so an arm run longer than the others (tiny_paper's long naive FP4 and Sol-RL arms, 32 iterations beside the
+    dose arms' 16) is compared at the same iteration as the rest of the curve, not at its own end."""
+    lasts = []
+    for arm in arms:
+        for run_id in seed_runs(tables, model, arm).values():
+            steps = eval_steps(tables, run_id, metric)
+            if steps:
+                lasts.append(max(steps))
+    return min(lasts) if lasts else None
+
+
+def _dose_pairs(tables: Tables, model: str) -> list[tuple[str, Finding, int | None]]:
+    """[(recipe, Finding, the iteration compared)] of ``dose_findings``, recipes by growing dose."""
     from solbench.report.findings_quality import paired_finding
 
     runs = tables.done_runs[tables.done_runs["model"] == model]
@@ -107,20 +124,25 @@ def _dose_pairs(tables: Tables, model: str) -> list[tuple[str, Finding]]:
         return []
     rows = gap_rows(tables)
     rows = rows[rows["model"] == model] if not rows.empty else rows
-    dose = doses(rows, arms, tables.options.ci_level)
+    roles = reward_roles(tables, runs)
+    dose_arms = [arms[m][r] for r in sorted(common) for m in EXPLORING]
+    horizons = {metric: dose_horizon(tables, model, metric, dose_arms) for metric, _ in roles}
+    dose = doses(rows, arms, tables.options.ci_level, horizons[roles[0][0]] if roles else None)
     out = []
     for recipe in _ordered(common, dose):
         fp4, sol = arms["naive_fp4"][recipe], arms["sol_rl"][recipe]
         error = f"sample error {fmt_ci(dose[recipe], 3)}" if recipe in dose else "sample error not measured"
-        for metric, role in reward_roles(tables, runs):
+        for metric, role in roles:
             claim = CLAIM.format(recipe=recipe)
             f = Finding(claim, "Sec. naive FP4 (dose)", PAPER, unit="abs", threshold=0.0, direction="less", model=model,
                         metric=metric, role=role, key=claim)
-            f.detail = f"Δ = {fp4} - {sol}, `{metric}`, explore copy `{recipe}` ({error})."
-            if "recipe" in Finding.__dataclass_fields__:  # the findings.csv column naming the explore recipe
-                f.recipe = f"{recipe} ({method_display('naive_fp4')}, {method_display('sol_rl')})"
-            out.append((recipe, paired_finding(f, paired_difference(tables, model, metric, fp4, sol),
-                                               "Needs naive FP4 and Sol-RL runs of this recipe with common run seeds.")))
+            at = horizons[metric]
+            f.detail = (f"Δ = {fp4} - {sol}, `{metric}`, explore copy `{recipe}` ({error}), at iteration {at}, the "
+                        "last evaluation every arm of the dose-response reached.")
+            f.recipe = f"{recipe} ({method_display('naive_fp4')}, {method_display('sol_rl')})"
+            p = paired_difference(tables, model, metric, fp4, sol, step=at)
+            out.append((recipe, paired_finding(f, p, "Needs naive FP4 and Sol-RL runs of this recipe with common run "
+                                                     "seeds."), at))
     return out
 
 
@@ -162,8 +184,9 @@ def dose_response(tables: Tables):
 
 _DOSE_CAPTION = (
     "Per explore recipe, in order of growing dose: the sample error naive FP4 trained on (per run the mean of "
-    "x0_rel_dist over its measured iterations; mean over run seeds, {level:.0%} t interval), and naive FP4 minus "
-    "Sol-RL at their last common evaluation on each eval reward, paired by run seed on the same eval prompts and "
+    "x0_rel_dist over its measured iterations up to the compared one; mean over run seeds, {level:.0%} t interval), "
+    "and naive FP4 minus Sol-RL at the dose horizon (`iteration`: the last evaluation every arm of the dose-response "
+    "reached; an arm run longer is read there, not at its end) on each eval reward, paired by run seed on the same eval prompts and "
     "seeds ({level:.0%} interval, seeds crossed with prompts; prompts only with fewer than 3 seeds), judged on the "
     "paper's claim that naive FP4 ends below Sol-RL (reproduced: the whole interval below 0). `vs naive BF16` is "
     "naive FP4 minus naive BF16 scaling, the zero dose (naive FP4 with a copy that quantizes nothing).")
@@ -226,17 +249,18 @@ def _dose_table(tables: Tables, model: str, runs: pd.DataFrame, rows: pd.DataFra
                 found: list[tuple[str, Finding]]) -> pd.DataFrame:
     level = tables.options.ci_level
     arms = {m: recipe_arms(tables, runs, m) for m in EXPLORING}
-    dose = doses(rows, arms, level)
+    horizon = next((at for _, f, at in found if f.metric == found[0][1].metric), None) if found else None
+    dose = doses(rows, arms, level, horizon)
     bf16 = main_arm(tables, runs, "naive_scaling")
     tidy = []
-    for recipe, f in found:
+    for recipe, f, at in found:
         d = dose.get(recipe, CI(math.nan, math.nan, math.nan, 0))
         row = dict(model=model, recipe=recipe, dose=d.mean, dose_lo=d.lo, dose_hi=d.hi, metric=f.metric, role=f.role,
                    effect=f.effect, lo=f.lo, hi=f.hi, verdict=f.verdict, covers=f.covers, prompts_only=f.prompts_only,
                    fp4_arm=arms["naive_fp4"].get(recipe), sol_arm=arms["sol_rl"].get(recipe), n_seeds=_n_seeds(f),
-                   vs_bf16=math.nan, vs_bf16_lo=math.nan, vs_bf16_hi=math.nan)
+                   iteration=at, vs_bf16=math.nan, vs_bf16_lo=math.nan, vs_bf16_hi=math.nan)
         if bf16 is not None:
-            p = paired_difference(tables, model, f.metric, arms["naive_fp4"][recipe], bf16)
+            p = paired_difference(tables, model, f.metric, arms["naive_fp4"][recipe], bf16, step=at)
             if p is not None:
                 row.update(vs_bf16=p.ci.mean, vs_bf16_lo=p.ci.lo, vs_bf16_hi=p.ci.hi)
         tidy.append(row)
@@ -266,6 +290,7 @@ def _dose_display(data: pd.DataFrame) -> pd.DataFrame:
         "explore copy": data["recipe"],
         "sample error": [fmt_bounded_ci(CI(r.dose, r.dose_lo, r.dose_hi, 2), 3) for r in data.itertuples()],
         "reward": [f"`{m}` ({r})" for m, r in zip(data["metric"], data["role"])],
+        "iteration": [str(int(i)) if pd.notna(i) else "-" for i in data["iteration"]],
         "naive FP4 - Sol-RL": [_signed(r.effect, r.lo, r.hi) for r in data.itertuples()],
         "verdict (claim: < 0)": [v + (" (eval prompts only)" if p else "") for v, p in zip(data["verdict"],
                                                                                           data["prompts_only"])],
@@ -302,7 +327,7 @@ def _dose_figure(model: str, data: pd.DataFrame) -> Figure:
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=7, frameon=False)
     return Figure(f"dose_response_{model}_chart", f"Dose-response, {model}", fig, (
         "One point per explore recipe: x its sample error (mean over naive FP4's runs and measured iterations, t "
-        "interval over seeds), y naive FP4 minus Sol-RL at their last common evaluation (paired interval, seeds "
+        "interval over seeds), y naive FP4 minus Sol-RL at the dose horizon (the table's `iteration`; paired interval, seeds "
         "crossed with prompts); below 0 naive FP4 ends worse. Grey: naive FP4 minus naive BF16 scaling (the zero "
         "dose). The table above gives every number and the verdicts."), data=data)
 

@@ -75,8 +75,10 @@ def fmt_value(value: float, unit: str) -> str:
 # ---- arms -----------------------------------------------------------------------------------------
 
 def main_arm(tables: Tables, runs: pd.DataFrame, method: str) -> str | None:
-    """The arm of ``method`` to compare: the one with most seeds (ablation arms have fewer), then the one with the
-    most method settings at their most common value (the default ablations vary around), then the one whose
+    """The arm of ``method`` to compare: the one with most seeds (ablation arms have fewer), then the one on the
+    explore copy most common among ALL of ``runs`` (``p_quant.*``: an arm on another copy is another experiment,
+    the dose-response's; naive FP4's three copies with 3 seeds each tie among its own runs), then the one with the
+    most other settings at their most common value (the default ablations vary around), then the one whose
     horizon (iterations) is the most common, then the first in order. The horizon comes last: an arm run longer
     than the ablations around it is still their default, compared with them at equal iterations."""
     arms = [a for a in tables.arm_order(runs) if same_method(runs.loc[runs["arm"] == a, "method"].iloc[0], method)]
@@ -85,13 +87,19 @@ def main_arm(tables: Tables, runs: pd.DataFrame, method: str) -> str | None:
     mine = runs[runs["arm"].isin(arms)]
     counts = mine.groupby("arm")["seed"].nunique()
     varying = [c for c in tables.setting_columns() if c in mine and mine[c].map(_hashable).nunique() > 1]
-    modes = {c: mine[c].map(_hashable).value_counts().index[0] for c in varying}
+    modes = {c: (runs if group(c) == 0 else mine)[c].map(_hashable).value_counts().index[0] for c in varying}
 
-    def at_default(arm: str, horizon: bool) -> int:  # settings at their most common value
+    def at_default(arm: str, which: int) -> int:  # settings of one group at their most common value
         run = mine[mine["arm"] == arm].iloc[0]
-        return sum(_hashable(run[c]) == v for c, v in modes.items() if (c == HORIZON) == horizon)
+        return sum(_hashable(run[c]) == v for c, v in modes.items() if group(c) == which)
 
-    return max(arms, key=lambda a: (counts.get(a, 0), at_default(a, False), at_default(a, True), -arms.index(a)))
+    return max(arms, key=lambda a: (counts.get(a, 0), at_default(a, 0), at_default(a, 1), at_default(a, 2),
+                                    -arms.index(a)))
+
+
+def group(column: str) -> int:
+    """main_arm's order of settings: 0 the explore copy (p_quant.*), 1 the others, 2 the horizon."""
+    return 0 if column.startswith("p_quant.") else 2 if column == HORIZON else 1
 
 
 def axis_arms(tables: Tables, runs: pd.DataFrame, method: str, axis: str) -> dict:

@@ -222,7 +222,10 @@ class _Resolver:
                     cfg["method_config"][key] = value
                     used[key] = value
                 continue
-            _set_path(cfg, "model.name" if key == "model" else key, value)
+            if key in _SECTIONS and isinstance(value, Mapping):  # {eval: {every: 4}}: merged as in base and methods
+                _deep_merge(cfg, {key: value})
+            else:
+                _set_path(cfg, "model.name" if key == "model" else key, value)
             used[key] = value
 
         # Types of the merged run (matrix values included), then the method's own Config.
