@@ -124,13 +124,14 @@ def test_the_mde_is_detected_with_80_percent_power_by_simulation():
 
 def test_seeds_and_prompts_needed_follow_the_components():
     """Catches a seeds_needed that ignores the prompt term: where prompts dominate, more seeds cannot reach a small
-    target (NaN: more than 1000), while prompts can; where seeds dominate, the count matches a brute-force search of
-    the SE formula sqrt(s2_seed/S + s2_prompt/P + s2_e/(S P))."""
+    target (inf: more than 1000, told apart from NaN, not computable), while prompts can; where seeds dominate, the
+    count matches a brute-force search of the SE formula sqrt(s2_seed/S + s2_prompt/P + s2_e/(S P))."""
     from solbench.report.stats import Components, units_needed
 
     prompts = Components(seed=0.0, prompt=0.1 ** 2, resid=0.01 ** 2, n_seeds=3, n_prompts=10)
     assert prompts.prompts_dominate
-    assert math.isnan(units_needed(prompts, 0.05, vary="seeds"))
+    assert math.isinf(units_needed(prompts, 0.05, vary="seeds"))
+    assert math.isnan(units_needed(Components(math.nan, 0.01, 0.01, 2, 10), 0.05, vary="seeds"))  # 2 seeds
     need = units_needed(prompts, 0.05, vary="prompts")
     assert prompts.detectable(3, int(need)) <= 0.05 < prompts.detectable(3, int(need) - 1)
     seeds = Components(seed=0.04 ** 2, prompt=0.01 ** 2, resid=0.01 ** 2, n_seeds=3, n_prompts=33)
@@ -420,3 +421,35 @@ def test_table4_gives_the_precisions_part_alone_where_a_step_budget_control_meas
     b = e[e.run_id == "fid-none"].set_index(["prompt_id", "cand_idx"]).reward
     expected = float((a - b).mean() / b.mean())
     assert "The precision alone" in row["detail"] and f"{expected:+.2%}" in row["detail"]
+
+
+def test_a_measured_speedup_has_its_power_from_the_seeds_of_both_arms():
+    """Table 5's primary (a ratio of two arms' seconds per iteration, independent seeds) had no mde and no
+    seeds_needed: its row could not say what run would decide it. Catches an mde off the t interval's own scale (at
+    the mde the interval's half width is t(0.975)/(t(0.975)+t(0.8)) of the distance), a seed count that does not
+    reach the target or is not the smallest that does, and a power cell that fails without variance components."""
+    from solbench.report.findings_common import Finding
+    from solbench.report.findings_power import add_ratio_power, power_cell
+    from solbench.report.stats import ratio_ci, ratio_power
+
+    base, target = np.array([10.0, 11.0, 10.5]), np.array([8.0, 9.0, 8.2])
+    mde, need = ratio_power(base, target, 0.05)
+    vb, vt = base.var(ddof=1) / (3 * base.mean() ** 2), target.var(ddof=1) / (3 * target.mean() ** 2)
+    df = (vb + vt) ** 2 / (vb ** 2 / 2 + vt ** 2 / 2)
+    lo, hi = ratio_ci(base, target)
+    half = (math.log(hi) - math.log(lo)) / 2
+    assert math.log1p(mde) == pytest.approx(half * (1 + stats.t.ppf(0.8, df) / stats.t.ppf(0.975, df)))
+    assert ratio_power(base, target, mde * 1.0001)[1] <= 3  # its own design detects its mde
+
+    def log_mde(n):  # the design with n seeds per arm, the arms' coefficients of variation held
+        vb, vt = base.var(ddof=1) / (n * base.mean() ** 2), target.var(ddof=1) / (n * target.mean() ** 2)
+        df = (vb + vt) ** 2 / (vb ** 2 / (n - 1) + vt ** 2 / (n - 1))
+        return (stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * math.sqrt(vb + vt)
+
+    assert log_mde(int(need)) <= math.log1p(0.05) < log_mde(int(need) - 1)  # the smallest count that reaches it
+    assert math.isnan(ratio_power(base[:1], target, 0.05)[0])
+    f = Finding("Sol-RL E2E speedup over naive BF16 scaling (measured)", "Table 5", "", unit="ratio", threshold=1.0)
+    f.effect = float(base.mean() / target.mean())
+    add_ratio_power(f, base, target)
+    assert f.mde == pytest.approx(ratio_power(base, target, f.effect - 1)[0]) and f.seeds_needed >= 2
+    assert power_cell(f).startswith(f"mde {1 + f.mde:.2f}x")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from solbench.report.findings_common import Finding, fmt_value
-from solbench.report.stats import POWER, units_needed
+from solbench.report.stats import POWER, ratio_power, units_needed
 
 #: claim -> (the paper's effect, "rel" (a relative change) or "abs" (in the finding's own unit), where it comes from)
 PAPER_EFFECT = {
@@ -81,8 +81,21 @@ def add_power(f: Finding) -> Finding:
                          "unknown (run 3 or more)" if c.n_prompts > 1 else "")
     else:
         f.seeds_needed = units_needed(c, distance, vary="seeds")
-    if c.prompts_dominate and c.n_prompts > 1:
+    if (c.prompts_dominate or math.isinf(f.seeds_needed)) and c.n_prompts > 1:  # and where seeds alone cannot
         f.prompts_needed = units_needed(c, distance, vary="prompts") if not math.isnan(c.seed) else math.nan
+    return f
+
+
+def add_ratio_power(f: Finding, base, target) -> Finding:
+    """A measured speedup's power (Table 5: run seeds of two arms, ``stats.ratio_power``) toward the observed ratio:
+    the paper's figures are GPU clocks, not this machine's, so the target is what this clock showed."""
+    if not (math.isfinite(f.effect) and f.effect > 0):
+        return f
+    distance = abs(f.effect - 1.0)
+    f.mde, f.seeds_needed = ratio_power(base, target, distance)
+    if math.isfinite(f.mde):
+        f.power_note = (f"target {f.effect:.2f}x (the observed speedup; the paper's figures are GPU clocks), "
+                        f"{len(base)} and {len(target)} seeds of the two arms")
     return f
 
 
@@ -95,6 +108,10 @@ def power_cell(f: Finding) -> str:
     if not math.isfinite(f.mde):
         return "-"
     c = f.components
+    if c is None:  # a ratio of two arms' independent seeds (add_ratio_power)
+        need = _count(f.seeds_needed, "seeds per arm") if not math.isnan(f.seeds_needed) else "-"
+        return (f"mde {1 + f.mde:.2f}x at this design; {need} for a {f.power_note} "
+                f"({POWER * 100:.0f} % power, 5 % level)")
     unit = "rho" if f.unit == "rho" else f.unit
     text = f"mde {fmt_value(f.mde, unit).lstrip('+')} at {c.n_seeds} seed{'s' if c.n_seeds != 1 else ''} x {c.n_prompts} prompts"
     if not f.power_note:
@@ -104,4 +121,6 @@ def power_cell(f: Finding) -> str:
     text += f"; {_count(f.seeds_needed, 'seeds')} (at {c.n_prompts} prompts) for a {f.power_note}"
     if c.prompts_dominate:
         text += f"; prompts dominate the variance: {_count(f.prompts_needed, 'prompts')} (at {c.n_seeds} seeds)"
+    elif math.isinf(f.seeds_needed) and not math.isnan(f.prompts_needed):
+        text += f"; or {_count(f.prompts_needed, 'prompts')} (at {c.n_seeds} seeds)"
     return text + f" ({POWER * 100:.0f} % power, 5 % level)"

@@ -326,14 +326,41 @@ def variance_components(x) -> Components | None:
 def units_needed(c: Components, distance: float, *, vary: str, limit: int = 1000) -> float:
     """The smallest number of run seeds (``vary`` "seeds", prompts held) or eval prompts ("prompts", seeds held)
     whose design detects ``distance`` (``Components.detectable``); NaN when it cannot be computed (the seed term
-    not estimated, no distance) or when no number up to ``limit`` does (the other factor's term alone is too large)."""
+    not estimated, no distance); inf when no number up to ``limit`` does (the other factor's term alone is too
+    large: findings.csv writes inf, the page "more than 1000")."""
     if not (math.isfinite(distance) and distance > 0) or math.isnan(c.seed):
         return math.nan
     for n in range(MIN_SEEDS_FOR_SEED_VARIANCE if vary == "seeds" else 2, limit + 1):  # 3+ seeds: the seed term
         size = (n, c.n_prompts) if vary == "seeds" else (c.n_seeds, n)
         if c.detectable(*size) <= distance:
             return float(n)
-    return math.nan
+    return math.inf
+
+
+def ratio_power(base, target, distance: float, *, alpha: float = ALPHA, power: float = POWER,
+                limit: int = 1000) -> tuple[float, float]:
+    """The power of ``ratio_ci``'s design (independent run seeds of two arms, the t interval of the log ratio):
+    (mde, seeds_needed). ``mde``: the smallest true distance of the ratio from 1 (ratio - 1) whose interval excludes 1
+    with ``power`` at these seed counts, (t(1 - alpha/2, df) + t(power, df)) x SE of the log ratio, exponentiated;
+    ``seeds_needed``: the smallest equal number of run seeds per arm whose design detects ``distance`` (a ratio of
+    1 + distance), inf where none up to ``limit`` does. (NaN, NaN) with fewer than two seeds in an arm."""
+    b, t = np.asarray(base, dtype=float), np.asarray(target, dtype=float)
+    if len(b) < 2 or len(t) < 2 or b.mean() <= 0 or t.mean() <= 0:
+        return math.nan, math.nan
+    cv_b, cv_t = b.var(ddof=1) / b.mean() ** 2, t.var(ddof=1) / t.mean() ** 2  # squared coefficients of variation
+
+    def log_mde(nb: int, nt: int) -> float:
+        vb, vt = cv_b / nb, cv_t / nt
+        if vb + vt == 0:
+            return 0.0
+        df = (vb + vt) ** 2 / (vb ** 2 / (nb - 1) + vt ** 2 / (nt - 1))
+        return (float(stats.t.ppf(1 - alpha / 2, df)) + float(stats.t.ppf(power, df))) * math.sqrt(vb + vt)
+
+    mde = math.exp(log_mde(len(b), len(t))) - 1
+    if not (math.isfinite(distance) and distance > 0):
+        return mde, math.nan
+    goal = math.log1p(distance)
+    return mde, next((float(n) for n in range(2, limit + 1) if log_mde(n, n) <= goal), math.inf)
 
 
 def ratio_ci(base, target, level: float = 0.95) -> tuple[float, float]:
