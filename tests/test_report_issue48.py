@@ -163,6 +163,14 @@ def test_findings_csv_gains_mde_seeds_needed_prompts_needed_and_recipe(tmp_path)
     cell = findings.display.set_index("claim").loc["Sol-RL beats DiffusionNFT at equal PROJECTED GPU time",
                                                    "power (mde, seeds needed)"]
     assert cell.startswith("mde ") and "seeds (at 6 prompts)" in cell and "Table 1 HPSv2" in cell
+    # what deciding it would cost: the missing seeds x the two arms' measured wall seconds per run, on 2 cores
+    # (catches a row that says how many seeds but not what they cost, or a cost of the wrong arms or unit)
+    walls = tables.metrics.groupby("run_id")["wall_s"].max()
+    runs = tables.done_runs.set_index("run_id")
+    per_seed = sum(walls[runs.index[runs["method"] == m]].mean() for m in ("sol_rl", "diffusion_nft"))
+    assert t1["seed_cost_s"] == pytest.approx(per_seed)
+    assert t1["decide_h"] == pytest.approx(max(0, t1["seeds_needed"] - 3) * per_seed / 2 / 3600)
+    assert "more on 2 cores" in cell or t1["seeds_needed"] <= 3
 
 
 # ---- two kinds of interval in one column -------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from solbench.report.findings_common import Finding, main_arm, reward_roles
+from solbench.report.findings_common import Finding, main_arm, reward_roles, seed_cost_s
 from solbench.report.paired import _eval_steps as eval_steps, paired_difference, seed_runs
 from solbench.report.plotting import int_ticks, new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
@@ -140,6 +140,7 @@ def _dose_pairs(tables: Tables, model: str) -> list[tuple[str, Finding, int | No
             f.detail = (f"Δ = {fp4} - {sol}, `{metric}`, explore copy `{recipe}` ({error}), at iteration {at}, the "
                         "last evaluation every arm of the dose-response reached.")
             f.recipe = f"{recipe} ({method_display('naive_fp4')}, {method_display('sol_rl')})"
+            f.seed_cost_s = seed_cost_s(tables, model, (fp4, sol))
             p = paired_difference(tables, model, metric, fp4, sol, step=at)
             out.append((recipe, paired_finding(f, p, "Needs naive FP4 and Sol-RL runs of this recipe with common run "
                                                      "seeds."), at))

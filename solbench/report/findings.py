@@ -33,7 +33,7 @@ import pandas as pd
 from solbench.report.findings_common import (HELD_OUT, NOT_JUDGED, PAPER_REWARD, REWARDS_DISAGREE,  # noqa: F401
                                              TRAINING, Finding, axis_arms, fmt_value, main_arm, reward_roles,
                                              training_rewards)
-from solbench.report.findings_power import add_power, power_cell
+from solbench.report.findings_power import add_cost, add_power, power_cell
 from solbench.report.registry import Note, Table, report_kind
 from solbench.report.stats import CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, PROJECTION, REPRODUCED, fmt_num
 from solbench.report.tables import Tables
@@ -155,7 +155,7 @@ def collect_findings(tables: Tables) -> list[Finding]:
             findings += dose_findings(tables, model)  # naive FP4 - Sol-RL per explore recipe (tiny_dose)
     findings = mark_binary(tables, findings)
     for f in findings:
-        add_power(f)
+        add_cost(add_power(f))
     return mark_primary(findings)
 
 
@@ -207,7 +207,7 @@ def findings(tables: Tables):
         groups.setdefault(f.group(), []).append(f)
     overall_of = {key: overall(g) for key, g in groups.items()}
     data = pd.DataFrame([{k: v for k, v in dict(asdict(f), overall=overall_of[f.group()]).items()
-                          if k not in ("components", "base_mean")} for f in rows])
+                          if k not in ("components", "base_mean", "n_arm_seeds")} for f in rows])
     display = []
     for key, g in groups.items():
         f = lead(g)
@@ -241,8 +241,9 @@ def findings(tables: Tables):
     power += (" Each primary row's power cell gives its own mde (the smallest distance from the threshold these runs "
               "detect with 80 % power at the 5 % level, from their variance components over run seeds and eval "
               "prompts) and the run seeds (or eval prompts, where the prompts dominate the variance) that would detect "
-              "the paper's effect (or the observed one where the paper has no figure); findings.csv: mde, seeds_needed, "
-              "prompts_needed (docs/reports.md, Power).")
+              "the paper's effect (or the observed one where the paper has no figure), with what those seeds would add in "
+              "hours on 2 cores at the compared arms' measured cost per seed; findings.csv: mde, seeds_needed, "
+              "prompts_needed, decide_h (docs/reports.md, Power).")
     outputs = [primary_note(o.ci_level), Table("findings", "Findings: the paper's claims against these results", data, (
         f"{summary}. Verdict rule (docs/reports.md, Findings): reproduced when the whole {o.ci_level:.0%} interval lies "
         "on the claim's side of the threshold, contradicted when it lies wholly on the other side, inconclusive when it "

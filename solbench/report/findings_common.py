@@ -49,6 +49,9 @@ class Finding:
     seeds_needed: float = math.nan  # run seeds (at the current prompts) to detect the target distance
     prompts_needed: float = math.nan  # eval prompts (at the current seeds), where prompts dominate the variance
     power_note: str = ""  # the target distance and where it came from
+    seed_cost_s: float = math.nan  # one more run seed of the compared arms: the sum of their runs' mean wall seconds
+    decide_h: float = math.nan  # what the seeds_needed design adds, in hours on 2 cores (findings_power.add_cost)
+    n_arm_seeds: int = 0  # run seeds per arm of a design without variance components (a measured speedup)
     components: object = None  # stats.Components of the paired design (not written to findings.csv)
     base_mean: float = math.nan  # the baseline arm's mean score (scales a paper effect given as a relative change)
 
@@ -151,6 +154,24 @@ def reward_roles(tables: Tables, runs: pd.DataFrame) -> list[tuple[str, str]]:
 
 #: Methods that sample with an explore copy (their runs' ``p_quant.recipe`` is the copy they explored with).
 EXPLORING_METHODS = ("sol_rl", "naive_fp4")
+
+
+def seed_cost_s(tables: Tables, model: str, arms) -> float:
+    """The seconds one more run seed of ``arms`` takes: per arm the mean over its done runs of the run's last
+    recorded wall clock (``wall_s`` of its metrics rows), summed over the arms; a run computes on one core (its
+    numerics.threads, 1 in the embedded specs), so this is core-seconds too. NaN where an arm has no rows."""
+    runs, m = tables.done_runs, tables.metrics
+    if m.empty or "wall_s" not in m:
+        return math.nan
+    total = 0.0
+    for arm in dict.fromkeys(a for a in arms if a):
+        ids = runs.loc[(runs["model"] == model) & (runs["arm"] == arm), "run_id"]
+        walls = pd.to_numeric(m.loc[m["run_id"].isin(ids), "wall_s"], errors="coerce").groupby(
+            m.loc[m["run_id"].isin(ids), "run_id"]).max().dropna()
+        if walls.empty:
+            return math.nan
+        total += float(walls.mean())
+    return total
 
 
 def arms_recipe(tables: Tables, model: str, arms) -> str:

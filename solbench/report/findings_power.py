@@ -86,6 +86,33 @@ def add_power(f: Finding) -> Finding:
     return f
 
 
+#: the machine a "what would decide it" cost is stated for: the embedded world's laptop (2 cores, one run per core)
+CORES = 2
+
+
+def add_cost(f: Finding) -> Finding:
+    """``decide_h``: the hours on CORES cores that the seeds_needed design adds to these results (the missing run
+    seeds of the compared arms, at their measured cost per seed), where a seed count reaches the target."""
+    c = f.components
+    have = c.n_seeds if c is not None else f.n_arm_seeds
+    if math.isfinite(f.seeds_needed) and math.isfinite(f.seed_cost_s) and have:
+        f.decide_h = max(0.0, f.seeds_needed - have) * f.seed_cost_s / CORES / 3600
+    return f
+
+
+def cost_text(f: Finding) -> str:
+    """' (about 3.1 h more on 2 cores: 12 more run seeds of both arms at 31 min a seed)' or ''."""
+    if not math.isfinite(f.decide_h):
+        return ""
+    have = f.components.n_seeds if f.components is not None else f.n_arm_seeds
+    more = int(f.seeds_needed - have)
+    if more <= 0:
+        return " (this design has them)"
+    span = f"{f.decide_h:.1f} h" if f.decide_h >= 1 else f"{f.decide_h * 60:.0f} min"
+    return (f" (about {span} more on {CORES} cores: {more} more run seed{'s' if more != 1 else ''} of the compared "
+            f"arms at {f.seed_cost_s / 60:.1f} core-min a seed)")
+
+
 def add_ratio_power(f: Finding, base, target) -> Finding:
     """A measured speedup's power (Table 5: run seeds of two arms, ``stats.ratio_power``) toward the observed ratio:
     the paper's figures are GPU clocks, not this machine's, so the target is what this clock showed."""
@@ -93,6 +120,7 @@ def add_ratio_power(f: Finding, base, target) -> Finding:
         return f
     distance = abs(f.effect - 1.0)
     f.mde, f.seeds_needed = ratio_power(base, target, distance)
+    f.n_arm_seeds = min(len(base), len(target))
     if math.isfinite(f.mde):
         f.power_note = (f"target {f.effect:.2f}x (the observed speedup; the paper's figures are GPU clocks), "
                         f"{len(base)} and {len(target)} seeds of the two arms")
@@ -110,7 +138,7 @@ def power_cell(f: Finding) -> str:
     c = f.components
     if c is None:  # a ratio of two arms' independent seeds (add_ratio_power)
         need = _count(f.seeds_needed, "seeds per arm") if not math.isnan(f.seeds_needed) else "-"
-        return (f"mde {1 + f.mde:.2f}x at this design; {need} for a {f.power_note} "
+        return (f"mde {1 + f.mde:.2f}x at this design; {need}{cost_text(f)} for a {f.power_note} "
                 f"({POWER * 100:.0f} % power, 5 % level)")
     unit = "rho" if f.unit == "rho" else f.unit
     text = f"mde {fmt_value(f.mde, unit).lstrip('+')} at {c.n_seeds} seed{'s' if c.n_seeds != 1 else ''} x {c.n_prompts} prompts"
@@ -118,7 +146,7 @@ def power_cell(f: Finding) -> str:
         return text
     if math.isnan(c.seed):
         return text + "; " + f.power_note
-    text += f"; {_count(f.seeds_needed, 'seeds')} (at {c.n_prompts} prompts) for a {f.power_note}"
+    text += f"; {_count(f.seeds_needed, 'seeds')} (at {c.n_prompts} prompts){cost_text(f)} for a {f.power_note}"
     if c.prompts_dominate:
         text += f"; prompts dominate the variance: {_count(f.prompts_needed, 'prompts')} (at {c.n_seeds} seeds)"
     elif math.isinf(f.seeds_needed) and not math.isnan(f.prompts_needed):

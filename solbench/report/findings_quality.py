@@ -27,7 +27,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from solbench.report.findings_common import Finding, arms_recipe, axis_arms, main_arm, reward_roles
+from solbench.report.findings_common import Finding, arms_recipe, axis_arms, main_arm, reward_roles, seed_cost_s
 from solbench.report.paired import (Paired, _eval_steps, paired_at_steps, paired_difference, paired_steps,
                                     prompt_differences, sample_rows, seed_runs)
 from solbench.report.stats import fmt_num, paired_ci
@@ -43,6 +43,7 @@ def paired_finding(f: Finding, p: Paired | None, why_missing: str, *, relative: 
     the explore recipe of the arms compared (``Finding.recipe``)."""
     if tables is not None and arms:
         f.recipe = arms_recipe(tables, f.model, arms)
+        f.seed_cost_s = seed_cost_s(tables, f.model, arms)
     if p is None:
         f.detail = why_missing
         return f

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from solbench.report.findings_common import TRAINING, Finding, main_arm
+from solbench.report.findings_common import TRAINING, Finding, main_arm, seed_cost_s
 from solbench.report.findings_power import add_ratio_power
 from solbench.report.stats import INCONCLUSIVE, NOT_MEASURED, PROJECTION, fmt_num, ratio_ci
 from solbench.report.tables import ROLLOUT_PHASES, Tables
@@ -97,6 +97,7 @@ def speed_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Findi
             f.effect = _ratio_of_means(mb, mt)
             f.lo, f.hi = ratio_ci(mb, mt, level=o.ci_level)  # issue 48: no percentile bootstrap over 2-3 seeds
             add_ratio_power(f, mb, mt)
+            f.seed_cost_s = seed_cost_s(tables, model, (naive, sol))
             f.covers = (f"run seeds of each arm ({len(mb)} and {len(mt)}), t interval of the log ratio" if np.isfinite(f.lo)
                         else f"nothing: fewer than 2 run seeds in an arm ({len(mb)} and {len(mt)})")
             f.detail = (f"{naive} / {sol} seconds per iteration (median per run after warm-up). {load_text}"
