@@ -4,6 +4,7 @@ stay in step with the spec it claims to come from."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -52,3 +53,30 @@ def test_the_committed_report_covers_every_run_of_the_spec_and_its_plots():
     assert images and all((REPORT / image).is_file() for image in images)
     assert any("projected" in image.lower() or "projection" in image.lower() for image in images) or \
         "PROJECTED" in text
+
+
+def test_the_committed_findings_answer_the_papers_questions_with_their_power():
+    """Issue 48's done-when, on the committed findings.csv. Catches a report from before the dose-response (naive FP4
+    against Sol-RL on one explore copy only), a Table 4 row about the selection mode instead of the paper's
+    low-precision-against-full-precision score, Table 1's primary at equal iterations, and a primary row that says
+    neither what it could detect nor what run would decide it."""
+    from solbench.report.findings import PRIMARY
+
+    f = pd.read_csv(REPORT / "findings.csv")
+    primary = f[f["primary"].astype(bool)]
+    assert set(primary["claim"]) == {claim for _, claim in PRIMARY}
+    t1 = primary[primary["paper_table"].str.startswith("Table 1")].iloc[0]
+    assert "equal PROJECTED GPU time" in t1["claim"]
+    t4 = f[f["paper_table"] == "Table 4"]
+    assert not t4["claim"].str.contains("select", case=False).any()
+    assert t4[t4["primary"].astype(bool)]["verdict"].isin({REPRODUCED, CONTRADICTED, INCONCLUSIVE}).all()
+    decided_or_costed = primary[primary["verdict"] != PROJECTION]
+    for _, row in decided_or_costed.iterrows():
+        assert pd.notna(row["mde"]), row["claim"]
+        if row["verdict"] == INCONCLUSIVE:  # what run would decide it: seeds (inf: none reach it) or prompts
+            assert pd.notna(row["seeds_needed"]) or pd.notna(row["prompts_needed"]), row["claim"]
+    dose = f[f["claim"].str.startswith("Naive FP4 ends below Sol-RL, explore copy")]
+    recipes = dose["claim"].str.rsplit(" ", n=1).str[-1]
+    assert recipes.nunique() >= 3 and dose["recipe"].notna().all()
+    seeds = dose["per_seed"].map(lambda s: len(json.loads(s)) if isinstance(s, str) and s else 0)
+    assert (seeds >= 3).all()
