@@ -100,3 +100,26 @@ def test_no_prediction_without_measured_rates(tmp_path):
     """Runs that measured no rates (older results, GPU runs) get no CPU prediction table, not one of NaNs."""
     tables = _tables(tmp_path, "norates", "cpu_bf16", rates=False)
     assert _output(tables, "cpu_prediction", "cpu_prediction") is None
+
+
+def test_an_emulated_arm_on_another_explore_copy_leaves_the_main_arm_judged(tmp_path):
+    """tiny_paper's layout (issue 48): beside the main Sol-RL arm on cpu_bf16, a Sol-RL arm on MXFP4 (no cpu_bf16
+    kernel: emulated) with as many seeds. Catches the whole report's clock called emulated (Table 5 "not measured")
+    because one arm of the dose-response was, and the emulated arm left unnamed in the timing section."""
+    extra = {"p_quant.backend": "cpu_bf16", "p_quant.recipe": "nvfp4_tiny_flux", **CPU, **RATES}
+    phases = [("explore", "explore", 6e9, 0.5), ("regenerate", "full", 2e9, 0.25), ("train", "full", 2e9, 0.25),
+              ("reward", "full", None, 0.1)]
+    tables = build_arms(tmp_path, "mixed", [
+        Arm("naive_scaling", gain=_flat(0.0), seeds=(0, 1, 2), steps=(0, 4), extra=extra, load=lambda s: 0.0,
+            phases=[("rollout", "full", 10e9, lambda s: 1.25 + 0.01 * s), ("train", "full", 2e9, 0.25),
+                    ("reward", "full", None, 0.1)]),
+        Arm("sol_rl", gain=_flat(0.0), seeds=(0, 1, 2), steps=(0, 4), extra=extra, load=lambda s: 0.0, phases=phases),
+        Arm("sol_rl", gain=_flat(0.0), seeds=(0, 1, 2), steps=(0, 4), load=lambda s: 0.0, tag="mx",
+            extra={**extra, "p_quant.backend": "emulated", "p_quant.recipe": "mxfp4_w4a4"},
+            phases=[("explore", "explore", 6e9, 2.0)] + phases[1:])], options=OPTS)
+    e2e = _finding(tables, "Sol-RL E2E speedup over naive BF16 scaling (measured)")
+    assert e2e["verdict"] == REPRODUCED and "cpu_bf16" in e2e["detail"]
+    titles = {getattr(o, "title", ""): o for o in get_kind("timing")(tables)}
+    assert "Measured on emulated FP4" not in titles and "Measured on the CPU's bf16 units" in titles
+    other = titles["Other arms on emulated FP4"].text
+    assert "mxfp4_w4a4" in other and "nvfp4_tiny_flux" not in other

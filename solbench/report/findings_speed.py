@@ -28,10 +28,12 @@ PAPER_CONVERGENCE = "3.00x (FLUX), 4.64x (SD3.5-L), 2.42x (SANA) on ImageReward;
 PAPER_T8 = "Spearman ρ 0.927, Kendall τ 0.798; top-K hit 96.9/95.0/93.3 % (K=4/8/12) at N=96 (chance 4/8/12.5 %)"
 
 
-def _emulated(tables: Tables) -> str | None:
+def _emulated(tables: Tables, runs: pd.DataFrame | None = None) -> str | None:
+    """Whether the explore clock of ``runs`` (default every done run) is emulated: "cpu" / "emulated", or None where
+    it computed on low-precision units."""
     from solbench.report.timing import emulation_caveat
 
-    if emulation_caveat(tables) is None:
+    if emulation_caveat(tables, runs) is None:
         return None
     return "cpu" if "cpu" in tables.device_kinds() else "emulated"
 
@@ -74,7 +76,7 @@ def speed_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Findi
 
     o = tables.options
     sol, naive = main_arm(tables, runs, "sol_rl"), main_arm(tables, runs, "naive_bf16")
-    emulated = _emulated(tables)
+    emulated = _emulated(tables, runs[runs["arm"] == sol] if sol else None)  # the compared arm's clock
     out = []
     med = per_run_medians(tables)[0] if sol and naive else pd.DataFrame()
     quiet, load_text = quiet_runs(tables, med[med["arm"].isin([sol, naive])] if len(med) else med)
@@ -143,7 +145,7 @@ def convergence_findings(tables: Tables, model: str, runs: pd.DataFrame, metric:
     m = tables.run_metrics("eval", metric)
     m = m[m["model"] == model].copy()
     m["projected_s"] = clock_at(tables, m) if not m.empty else np.nan
-    emulated = _emulated(tables)
+    emulated = _emulated(tables, runs[runs["arm"] == sol] if sol else None)
     for xcol, label in (("wall_s", "measured clock"), ("projected_s", "PROJECTED GPU clock")):
         f = Finding(f"Sol-RL reaches DiffusionNFT's final score faster ({label})", "Convergence", PAPER_CONVERGENCE,
                     unit="ratio", threshold=1.0, model=model, metric=metric, role=TRAINING)

@@ -150,11 +150,27 @@ def _fmt_speedup(point: float, lo: float, hi: float) -> str:
     return f"{point:.2f}x"
 
 
-def emulation_caveat(tables: Tables) -> Note | None:
-    """The CPU / emulated-FP4 caveat, when it applies to these runs: None where every explore copy computed on
-    low-precision units (a GPU backend, or cpu_bf16 on a CPU: ``low_precision_note`` says which)."""
-    devices = tables.device_kinds()
+EMULATED = "Measured on emulated FP4"  # the caveat's title
+
+
+def judged_runs(tables: Tables) -> pd.DataFrame:
+    """The runs whose explore clock Table 5 judges: each model's main Sol-RL arm (findings_common.main_arm; the
+    arm Table 5's Findings compare), all done runs where there is none. Arms on other explore copies (tiny_paper's
+    dose-response on MXFP4, which has no cpu_bf16 kernel) are listed with their backend, not judged."""
+    from solbench.report.findings_common import main_arm
+
     runs = tables.done_runs
+    arms = {main_arm(tables, runs[runs["model"] == model], tables.options.target_method) for model in tables.models()}
+    arms.discard(None)
+    return runs[runs["arm"].isin(arms)] if arms else runs
+
+
+def emulation_caveat(tables: Tables, runs: pd.DataFrame | None = None) -> Note | None:
+    """The CPU / emulated-FP4 caveat, when it applies to ``runs`` (default: every done run): None where every explore
+    copy of them computed on low-precision units (a GPU backend, or cpu_bf16 on a CPU: ``low_precision_note`` says
+    which)."""
+    devices = tables.device_kinds()
+    runs = tables.done_runs if runs is None else runs
     explore_runs = set(tables.timings.loc[tables.timings["precision"] == "explore", "run_id"])
     from solbench.report.explore import on_low_precision_units
 
@@ -166,7 +182,7 @@ def emulation_caveat(tables: Tables) -> Note | None:
         emulated = bool(len(backends)) and (backends == "emulated").any()
     if "cpu" in devices or emulated:
         why = "on CPU" if "cpu" in devices else "with the emulated quantization backend"
-        return Note("Measured on emulated FP4", (
+        return Note(EMULATED, (
             f"These timings were measured {why}: low-precision (FP4) rollouts are emulated (fake-quantized in "
             "full precision), which costs more than full precision instead of less, so the explore stage and any "
             "speedup below say nothing about FP4 hardware. For planning GPU time use the cost projection "
@@ -174,11 +190,14 @@ def emulation_caveat(tables: Tables) -> Note | None:
     return None
 
 
-def low_precision_note(tables: Tables) -> Note | None:
-    """On CPU, where the explore copies computed on the CPU's bf16 units: what the measured clock compares."""
+def low_precision_note(tables: Tables, among: pd.DataFrame | None = None) -> Note | None:
+    """On CPU, where the explore copies (of ``among``, default every done run) computed on the CPU's bf16 units: what
+    the measured clock compares."""
     from solbench.report.explore import explore_runs, on_low_precision_units
 
     runs = explore_runs(tables)
+    if among is not None:
+        runs = runs[runs["run_id"].isin(among["run_id"])]
     if "cpu" not in tables.device_kinds() or runs.empty or not on_low_precision_units(runs):
         return None
     return Note("Measured on the CPU's bf16 units", (
@@ -186,6 +205,20 @@ def low_precision_note(tables: Tables) -> Note | None:
         "in bf16) multiplied on the CPU's bf16 units, everything else in fp32, against full precision in fp32. The "
         "measured speedups below are judged: they are this CPU's low-precision units against its fp32 units, the "
         "CPU's counterpart of FP4 against BF16 tensor cores, not a measurement of FP4 hardware."))
+
+
+def _other_backends_note(tables: Tables, judged: pd.DataFrame) -> Note:
+    """The arms whose explore copies were emulated beside a judged arm on low-precision units."""
+    from solbench.report.explore import LOW_PRECISION_BACKENDS, explore_backends, explore_runs
+
+    runs = explore_runs(tables)
+    others = runs[~runs["run_id"].isin(judged["run_id"])]
+    arms = [a for a in tables.arm_order(others)
+            if not explore_backends(others[others["arm"] == a]) <= LOW_PRECISION_BACKENDS]
+    return Note("Other arms on emulated FP4", (
+        f"{len(arms)} arm(s) explored with the emulated backend (fake-quantized in full precision, slower than full "
+        f"precision): {'; '.join(arms)}. Their explore seconds in the tables below say nothing about low-precision "
+        "units and no finding judges them; the judged clock is the main Sol-RL arm's above."))
 
 
 def cpu_label(tables: Tables) -> str:
@@ -205,9 +238,12 @@ def timing(tables: Tables):
         return Note("Timing", "No timings of done runs in timings.parquet: nothing to report.")
     opts, level = tables.options, tables.options.ci_level
     outputs: list = []
-    caveat = emulation_caveat(tables) or low_precision_note(tables)
+    judged = judged_runs(tables)
+    caveat = emulation_caveat(tables, judged) or low_precision_note(tables, judged)
     if caveat:
         outputs.append(caveat)
+    if (caveat is None or caveat.title != EMULATED) and emulation_caveat(tables) is not None:
+        outputs.append(_other_backends_note(tables, judged))
     loads = run_load(tables)
     outputs.append(contention_note(tables, loads))
     load_of = loads.set_index("run_id")["load"] if not loads.empty else pd.Series(dtype=float)
