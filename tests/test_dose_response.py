@@ -163,7 +163,8 @@ def test_tiny_papers_layout_reads_the_long_arms_at_the_dose_horizon_and_keeps_th
     Sol-RL ablation arms. Catches: the long recipe's dose row read at the long arms' own end (its verdict turns:
     there naive FP4 ends far above Sol-RL), the dose averaged over gap rows past the compared iteration, and the main
     arm of Sol-RL or naive FP4 (Table 1's, the learning curves') taken from another explore copy: naive FP4's three
-    copies tie in seeds and runs, and the long arm's horizon is not the most common one."""
+    copies tie in seeds and runs, the long arm's horizon is not the most common one, and its backend (cpu_bf16) is
+    not the most common among all runs (the methods without an explore copy record emulated)."""
     from fixtures.synthetic_results import DOSE_RECIPES, DOSE_STEPS, build_dose, dose_final_gain
     from solbench.report import ReportOptions, Tables, get_kind
     from solbench.report.findings_common import main_arm

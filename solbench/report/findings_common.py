@@ -79,7 +79,7 @@ def fmt_value(value: float, unit: str) -> str:
 
 def main_arm(tables: Tables, runs: pd.DataFrame, method: str) -> str | None:
     """The arm of ``method`` to compare: the one with most seeds (ablation arms have fewer), then the one on the
-    explore copy most common among ALL of ``runs`` (``p_quant.*``: an arm on another copy is another experiment,
+    explore copy most common among ALL of ``runs`` (``p_quant.recipe``: an arm on another copy is another experiment,
     the dose-response's; naive FP4's three copies with 3 seeds each tie among its own runs), then the one with the
     most other settings at their most common value (the default ablations vary around), then the one whose
     horizon (iterations) is the most common, then the first in order. The horizon comes last: an arm run longer
@@ -101,8 +101,9 @@ def main_arm(tables: Tables, runs: pd.DataFrame, method: str) -> str | None:
 
 
 def group(column: str) -> int:
-    """main_arm's order of settings: 0 the explore copy (p_quant.*), 1 the others, 2 the horizon."""
-    return 0 if column.startswith("p_quant.") else 2 if column == HORIZON else 1
+    """main_arm's order of settings: 0 the explore copy (p_quant.recipe), 1 the others (the backend among them: it
+    follows from the recipe and the machine, and methods without an explore copy record one too), 2 the horizon."""
+    return 0 if column == "p_quant.recipe" else 2 if column == HORIZON else 1
 
 
 def axis_arms(tables: Tables, runs: pd.DataFrame, method: str, axis: str) -> dict:
