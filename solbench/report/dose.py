@@ -321,7 +321,9 @@ def _dose_figure(model: str, data: pd.DataFrame) -> Figure:
         role = d["role"].iloc[0] if len(d) else ""
         ax.set_title(f"{metric} ({role})", fontsize=9)
         ax.set_xlabel("sample error of the explore copy (x0 distance / spread)", fontsize=8)
-        ax.set_ylabel("final reward difference", fontsize=8)
+        steps = sorted({int(i) for i in d["iteration"].dropna()}) if "iteration" in d else []
+        ax.set_ylabel(f"reward difference at iteration {', '.join(map(str, steps))}" if steps else
+                      "reward difference at the last common evaluation", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle(f"Where naive FP4 breaks: final reward against the explore copy's sample error, {model}", fontsize=10)
