@@ -187,7 +187,8 @@ _DOSE_CAPTION = (
     "Per explore recipe, in order of growing dose: the sample error naive FP4 trained on (per run the mean of "
     "x0_rel_dist over its measured iterations up to the compared one; mean over run seeds, {level:.0%} t interval), "
     "and naive FP4 minus Sol-RL at the dose horizon (`iteration`: the last evaluation every arm of the dose-response "
-    "reached; an arm run longer is read there, not at its end) on each eval reward, paired by run seed on the same eval prompts and "
+    "reached; an arm run longer is read there, not at its end) on each eval reward, paired by run seed on the same "
+    "eval prompts and "
     "seeds ({level:.0%} interval, seeds crossed with prompts; prompts only with fewer than 3 seeds), judged on the "
     "paper's claim that naive FP4 ends below Sol-RL (reproduced: the whole interval below 0). `vs naive BF16` is "
     "naive FP4 minus naive BF16 scaling, the zero dose (naive FP4 with a copy that quantizes nothing).")
@@ -250,7 +251,7 @@ def _dose_table(tables: Tables, model: str, runs: pd.DataFrame, rows: pd.DataFra
                 found: list[tuple[str, Finding]]) -> pd.DataFrame:
     level = tables.options.ci_level
     arms = {m: recipe_arms(tables, runs, m) for m in EXPLORING}
-    horizon = next((at for _, f, at in found if f.metric == found[0][1].metric), None) if found else None
+    horizon = found[0][2] if found else None  # the headline reward's (the dose is averaged up to it)
     dose = doses(rows, arms, level, horizon)
     bf16 = main_arm(tables, runs, "naive_scaling")
     tidy = []

@@ -101,7 +101,7 @@ def add_cost(f: Finding) -> Finding:
 
 
 def cost_text(f: Finding) -> str:
-    """' (about 3.1 h more on 2 cores: 12 more run seeds of both arms at 31 min a seed)' or ''."""
+    """' (about 3.1 h more on 2 cores: 12 more run seeds of the compared arms at 31.0 core-min a seed)' or ''."""
     if not math.isfinite(f.decide_h):
         return ""
     have = f.components.n_seeds if f.components is not None else f.n_arm_seeds
