@@ -230,8 +230,10 @@ def _gap_figure(model: str, data: pd.DataFrame) -> Figure:
             ax.plot(g["step"], g["mean"], color=colours[recipe], linestyle="-" if fp4 else "--",
                     marker="o" if fp4 else "s", markersize=3.5, linewidth=1.6,
                     label=f"{method_display(method)}, {recipe}")
-            if g["lo"].notna().any():
-                ax.fill_between(g["step"], g["lo"], g["hi"], color=colours[recipe], alpha=0.10, linewidth=0)
+            if g["lo"].notna().any():  # a cosine's band stops at 1, a distance's and a norm ratio's at 0
+                lo, hi = g["lo"].clip(lower=-1.0 if metric == "grad_cos" else 0.0), g["hi"]
+                hi = hi.clip(upper=1.0) if metric == "grad_cos" else hi
+                ax.fill_between(g["step"], lo, hi, color=colours[recipe], alpha=0.10, linewidth=0)
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("iteration", fontsize=8)
         int_ticks(ax)
