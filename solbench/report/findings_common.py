@@ -90,17 +90,17 @@ def main_arm(tables: Tables, runs: pd.DataFrame, method: str) -> str | None:
     mine = runs[runs["arm"].isin(arms)]
     counts = mine.groupby("arm")["seed"].nunique()
     varying = [c for c in tables.setting_columns() if c in mine and mine[c].map(_hashable).nunique() > 1]
-    modes = {c: (runs if group(c) == 0 else mine)[c].map(_hashable).value_counts().index[0] for c in varying}
+    modes = {c: (runs if _setting_group(c) == 0 else mine)[c].map(_hashable).value_counts().index[0] for c in varying}
 
     def at_default(arm: str, which: int) -> int:  # settings of one group at their most common value
         run = mine[mine["arm"] == arm].iloc[0]
-        return sum(_hashable(run[c]) == v for c, v in modes.items() if group(c) == which)
+        return sum(_hashable(run[c]) == v for c, v in modes.items() if _setting_group(c) == which)
 
     return max(arms, key=lambda a: (counts.get(a, 0), at_default(a, 0), at_default(a, 1), at_default(a, 2),
                                     -arms.index(a)))
 
 
-def group(column: str) -> int:
+def _setting_group(column: str) -> int:
     """main_arm's order of settings: 0 the explore copy (p_quant.recipe), 1 the others (the backend among them: it
     follows from the recipe and the machine, and methods without an explore copy record one too), 2 the horizon."""
     return 0 if column == "p_quant.recipe" else 2 if column == HORIZON else 1
@@ -164,11 +164,11 @@ def seed_cost_s(tables: Tables, model: str, arms) -> float:
     runs, m = tables.done_runs, tables.metrics
     if m.empty or "wall_s" not in m:
         return math.nan
+    last_wall = pd.to_numeric(m["wall_s"], errors="coerce").groupby(m["run_id"]).max().dropna()  # per run
     total = 0.0
     for arm in dict.fromkeys(a for a in arms if a):
         ids = runs.loc[(runs["model"] == model) & (runs["arm"] == arm), "run_id"]
-        walls = pd.to_numeric(m.loc[m["run_id"].isin(ids), "wall_s"], errors="coerce").groupby(
-            m.loc[m["run_id"].isin(ids), "run_id"]).max().dropna()
+        walls = last_wall[last_wall.index.isin(ids)]
         if walls.empty:
             return math.nan
         total += float(walls.mean())

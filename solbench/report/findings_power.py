@@ -90,11 +90,15 @@ def add_power(f: Finding) -> Finding:
 CORES = 2
 
 
+def _seeds_have(f: Finding) -> int:
+    """The run seeds the row's design has: its paired design's, or each arm's of a measured speedup."""
+    return f.components.n_seeds if f.components is not None else f.n_arm_seeds
+
+
 def add_cost(f: Finding) -> Finding:
     """``decide_h``: the hours on CORES cores that the seeds_needed design adds to these results (the missing run
     seeds of the compared arms, at their measured cost per seed), where a seed count reaches the target."""
-    c = f.components
-    have = c.n_seeds if c is not None else f.n_arm_seeds
+    have = _seeds_have(f)
     if math.isfinite(f.seeds_needed) and math.isfinite(f.seed_cost_s) and have:
         f.decide_h = max(0.0, f.seeds_needed - have) * f.seed_cost_s / CORES / 3600
     return f
@@ -104,8 +108,7 @@ def cost_text(f: Finding) -> str:
     """' (about 3.1 h more on 2 cores: 12 more run seeds of the compared arms at 31.0 core-min a seed)' or ''."""
     if not math.isfinite(f.decide_h):
         return ""
-    have = f.components.n_seeds if f.components is not None else f.n_arm_seeds
-    more = int(f.seeds_needed - have)
+    more = int(f.seeds_needed - _seeds_have(f))
     if more <= 0:
         return " (this design has them)"
     span = f"{f.decide_h:.1f} h" if f.decide_h >= 1 else f"{f.decide_h * 60:.0f} min"
