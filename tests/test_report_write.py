@@ -12,7 +12,7 @@ import pytest
 
 from fixtures.synthetic_results import FAILED, build_main, run_id
 from solbench.report import Note, ReportOptions, Table, kinds, report_kind, write_report
-from solbench.report.build import markdown_table
+from solbench.report.render import markdown_table
 from solbench.report.registry import _REGISTRY
 
 FAST = ReportOptions(n_boot=100)

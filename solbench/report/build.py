@@ -4,11 +4,13 @@
 or a results folder), loads ``results/<experiment>/*.parquet`` (``Tables.load``), calls every
 registered report kind and writes ``reports/<experiment>/``:
 
-- ``index.md``: the report, headed (solbench/report/header.py) with the data hash, the runs' git SHAs, the
-  model (weights sha256, width) and its explore copy (recipe, format, share of the MACs, backend), and warnings for mixed
-  code versions, uncommitted code, runs that are not done (which ones, and why they failed) and
-  tables built from fewer rows or runs than the experiment has (``completeness_warnings``);
-- ``index.html``: the same content as one static page, figures embedded (base64), no network;
+- ``index.md``: the first page (solbench/report/pages.py): a header of at most five lines (data hash, runs, code,
+  each warning's one-line summary), the two answers and the primary claims, the headline figure, the paper's tables
+  in the paper's shape, and links to ``findings.md``, ``details.md`` (every other report kind in full), ``arms.md``
+  (short arm labels and their settings), ``provenance.md`` (the full header: model weights, explore copy, warnings
+  for mixed code versions, uncommitted code, runs not done and tables built from fewer rows or runs than the
+  experiment has, ``completeness_warnings``) and ``glossary.md``;
+- an ``.html`` twin of every page: the same content, figures embedded (base64), no network;
 - ``<table>.csv`` for every table (the tidy numbers, not the formatted cells) and ``<figure>.png``
   for every figure (with ``<figure>.csv`` holding the plotted numbers where the plugin gives them).
 
@@ -19,21 +21,16 @@ generations. A plugin that raises is reported in its section (and the run contin
 
 from __future__ import annotations
 
-import base64
-import html
 import logging
-import math
-import re
 import shutil
 import tempfile
 import traceback
 from pathlib import Path
 
-import pandas as pd
-
 from solbench.errors import ConfigError, SolbenchError
-from solbench.report.registry import Figure, Note, Table, get_kind, kinds
-from solbench.report.stats import fmt_num
+from solbench.report.registry import Figure, Note, get_kind, kinds
+from solbench.report.pages import build_pages, html_links
+from solbench.report.render import to_html as _html
 from solbench.report.tables import ReportOptions, Tables
 
 log = logging.getLogger(__name__)
@@ -116,9 +113,9 @@ def write_report(spec_or_experiment: str | Path, results_root: str | Path = "res
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{experiment}.", dir=final_dir.parent))
     try:
-        markdown = _render(tables, sections, tmp, results_dir, missing)
-        (tmp / "index.md").write_text(markdown)
-        (tmp / "index.html").write_text(_html(markdown, tmp, experiment))
+        for page, markdown in build_pages(tables, sections, tmp, results_dir, missing).items():
+            (tmp / page).write_text(markdown)  # index.md and the pages it links (solbench/report/pages.py)
+            (tmp / page).with_suffix(".html").write_text(_html(html_links(markdown), tmp, experiment))
         _swap_in(tmp, final_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -182,157 +179,3 @@ def _close_figures(sections) -> None:
         for out in outputs:
             if isinstance(out, Figure):
                 out.figure.clear()
-
-
-# ---- Markdown --------------------------------------------------------------------------------------
-
-def _cell(value) -> str:
-    if isinstance(value, float):
-        text = fmt_num(value) if math.isfinite(value) else "-"
-    elif value is None or (not isinstance(value, str) and pd.isna(value)):
-        text = "-"
-    else:
-        text = str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A pipe table (GitHub / Python-Markdown 'tables' syntax) of the frame's cells."""
-    if frame.empty:
-        return "*(empty)*"
-    cols = [str(c) for c in frame.columns]
-    lines = ["| " + " | ".join(_cell(c) for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for _, row in frame.iterrows():
-        lines.append("| " + " | ".join(_cell(v) for v in row.tolist()) + " |")
-    return "\n".join(lines)
-
-
-def _anchor(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
-def _render(tables: Tables, sections, out_dir: Path, results_dir: Path, missing: list[str]) -> str:
-    from solbench.report.header import header_lines
-
-    lines = header_lines(tables, results_dir, missing)
-    lines += ["## Contents", ""]
-    for i, (kind, _) in enumerate(sections, 1):
-        lines.append(f"{i}. [{kind.title}](#{_anchor(f'{i}. {kind.title}')})")
-    lines.append("")
-    used: set[str] = set()
-    for i, (kind, outputs) in enumerate(sections, 1):
-        lines += [f"## {i}. {kind.title}", ""]
-        if kind.description:
-            lines += [f"*{kind.description}*", ""]
-        if not outputs:
-            lines += ["Nothing to show for these results.", ""]
-        for out in outputs:
-            lines += _render_output(out, out_dir, used)
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _unique(name: str, used: set[str]) -> str:
-    base, i = name, 2
-    while name in used:
-        name, i = f"{base}_{i}", i + 1
-    used.add(name)
-    return name
-
-
-def _render_output(out, out_dir: Path, used: set[str]) -> list[str]:
-    if isinstance(out, Note):
-        prefix = {"warning": "> **Warning.** ", "error": "> **Error.** "}.get(out.level, "> ")
-        return [f"{prefix}**{out.title}:** {out.text}", ""]
-    name = _unique(out.name, used)
-    lines = [f"### {out.title}", ""]
-    if isinstance(out, Table):
-        out.data.to_csv(out_dir / f"{name}.csv", index=False)
-        display = out.display if out.display is not None else out.data
-        lines += [markdown_table(display), ""]
-        if out.caption:
-            lines += [f"*{out.caption}*", ""]
-        lines += [f"Numbers: [{name}.csv]({name}.csv)", ""]
-    else:
-        out.figure.savefig(out_dir / f"{name}.png", dpi=110)
-        lines += [f"![{out.title}]({name}.png)", ""]
-        if out.caption:
-            lines += [f"*{out.caption}*", ""]
-        if out.data is not None:
-            out.data.to_csv(out_dir / f"{name}.csv", index=False)
-            lines += [f"Plotted numbers: [{name}.csv]({name}.csv)", ""]
-    return lines
-
-
-# ---- HTML ------------------------------------------------------------------------------------------
-
-_CSS = """
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 1200px; margin: 2em auto;
-       padding: 0 1em; color: #222; line-height: 1.45; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.88em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
-th { background: #f2f2f2; }
-tr:nth-child(even) td { background: #fafafa; }
-img { max-width: 100%; border: 1px solid #eee; }
-blockquote { border-left: 4px solid #e0a000; background: #fff8e5; margin: 1em 0; padding: 0.4em 1em; }
-code { background: #f4f4f4; padding: 0 0.2em; }
-em { color: #444; }
-"""
-
-
-def _html(markdown_text: str, out_dir: Path, title: str) -> str:
-    try:
-        import markdown as md
-
-        body = md.markdown(markdown_text, extensions=["tables", "toc"])
-    except ImportError:  # pragma: no cover - markdown ships with tensorboard; keep a fallback anyway
-        body = _minimal_html(markdown_text)
-
-    def embed(match: re.Match) -> str:
-        src = html.unescape(match.group(2))
-        path = out_dir / src
-        if not path.is_file() or "/" in src:
-            return match.group(0)
-        data = base64.b64encode(path.read_bytes()).decode()
-        return f'{match.group(1)}data:image/png;base64,{data}"'
-
-    body = re.sub(r'(<img[^>]*?src=")([^"]+\.png)"', embed, body)
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>solbench report: {html.escape(title)}</title><style>{_CSS}</style></head>\n"
-            f"<body>\n{body}\n</body></html>\n")
-
-
-def _minimal_html(text: str) -> str:
-    """Headings, paragraphs, block quotes, pipe tables and images; enough for our own Markdown."""
-    out, table = [], []
-
-    def inline(s: str) -> str:
-        s = html.escape(s)
-        s = re.sub(r"!\[([^\]]*)\]\(([^)]+)\)", r'<img alt="\1" src="\2">', s)
-        s = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', s)
-        s = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", s)
-        s = re.sub(r"\*([^*]+)\*", r"<em>\1</em>", s)
-        return re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
-
-    def flush():
-        if table:
-            rows = [r for r in table if not re.match(r"^\|[-|: ]+\|$", r)]
-            cells = [[c.strip() for c in re.split(r"(?<!\\)\|", r.strip())[1:-1]] for r in rows]
-            head = "".join(f"<th>{inline(c)}</th>" for c in cells[0])
-            body = "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in cells[1:])
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-            table.clear()
-
-    for line in text.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush()
-        if m := re.match(r"^(#{1,6}) (.*)", line):
-            level = len(m.group(1))
-            out.append(f'<h{level} id="{_anchor(m.group(2))}">{inline(m.group(2))}</h{level}>')
-        elif line.startswith("> "):
-            out.append(f"<blockquote>{inline(line[2:])}</blockquote>")
-        elif line.strip():
-            out.append(f"<p>{inline(line)}</p>")
-    flush()
-    return "\n".join(out)
