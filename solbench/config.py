@@ -85,12 +85,26 @@ class QuantConfig:
     # named recipe in solbench.quant.RECIPES; the default is the embedded world's explore recipe, FLUX.1's rule
     # scaled to the tiny model (99.5 % of its linear MACs in NVFP4; "nvfp4_tiny", SANA's rule, is the alternative)
     recipe: str = "nvfp4_tiny_flux"
-    # emulated | te | torch (torch's scaled matmul, no TE) | auto (te, else torch on a GPU with the
-    # format's tensor cores, else error); solbench.quant.backends; the run records its choice in explore.json
-    backend: str = "emulated"
-    allow_emulated_fallback: bool = False  # with backend te/torch/auto: fall back to emulation instead of failing
+    # emulated | te | torch (torch's scaled matmul, no TE) | cpu_bf16 | auto (the default: te, else torch on a GPU
+    # with the format's tensor cores, else cpu_bf16 on a CPU with bf16 units, else emulation with its reason logged);
+    # solbench.quant.backends; the run records its choice in explore.json
+    backend: str = "auto"
+    # with backend te/torch/auto: fall back to emulation instead of failing. Unset (None): on for auto, off for a
+    # backend named explicitly (``emulated_fallback``); hashed as that value, so an explicit backend's run id is the
+    # one it had when the default was False
+    allow_emulated_fallback: bool | None = None
     # backend torch, FP8: the scaled GEMM's fast accumulation (use_fast_accum; scripts/gpu_check.py measures its error)
     fast_accum: bool = False
+
+    @property
+    def emulated_fallback(self) -> bool:
+        """Whether the explore copy may fall back to emulation: the flag where set, else on for ``auto`` only."""
+        return emulated_fallback(self.backend, self.allow_emulated_fallback)
+
+
+def emulated_fallback(backend: str | None, allow: bool | None) -> bool:
+    """``quant.allow_emulated_fallback`` as it applies: ``allow`` where set, else True for backend auto only."""
+    return bool(allow) if allow is not None else backend == "auto"
 
 
 @dataclass
@@ -221,6 +235,9 @@ class RunConfig:
 
     def canonical_json(self) -> str:
         data = self.to_dict()
+        quant = data.get("quant") or {}
+        if quant.get("allow_emulated_fallback", False) is None:  # unset: hashed as the value it takes
+            quant["allow_emulated_fallback"] = emulated_fallback(quant.get("backend"), None)
         for (section, name), unset in HASHED_ONLY_WHEN_SET.items():
             if section in data and name in data[section] and data[section][name] == unset:
                 del data[section][name]

@@ -81,7 +81,7 @@ def quant_explore_fns(quant_cfg) -> ExploreFns:
 
     def factory(module: nn.Module) -> nn.Module:
         device = next((p.device for p in module.parameters()), torch.device("cpu"))
-        choice = choose_backend(recipe, quant_cfg.backend, allow_emulated_fallback=quant_cfg.allow_emulated_fallback,
+        choice = choose_backend(recipe, quant_cfg.backend, allow_emulated_fallback=quant_cfg.emulated_fallback,
                                 device=device)
         if choice.backend == "emulated" and quant_cfg.backend != "emulated":
             log.warning("quant backend %s unavailable here: emulating %s (%s)", quant_cfg.backend, recipe.name,

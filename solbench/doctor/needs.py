@@ -80,8 +80,10 @@ def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
     fmt = recipe_format(str(quant.get("recipe", "")))
     if fmt:
         needs.formats.add(fmt)
-    backend = quant.get("backend", "emulated")
-    if backend in ("te", "torch", "auto") and not quant.get("allow_emulated_fallback", False):
+    from solbench.config import emulated_fallback
+
+    backend = quant.get("backend", "auto")
+    if backend in ("te", "torch", "auto") and not emulated_fallback(backend, quant.get("allow_emulated_fallback")):
         needs.native = True
         needs.te = needs.te or backend == "te"  # auto runs on torch's scaled matmul without TE
     needs.world_size = max(needs.world_size, int(run.get("world_size", 1) or 1))

@@ -112,6 +112,8 @@ def resolve_on_cpu(quant: dict, device: str, model: str, *, explores: bool = Tru
     (``device: cuda``, or a GPU node) resolve at run time as before (``choose_backend``). ``explores`` False (a
     method without an explore copy): nothing runs in low precision, written as emulation's whatever the CPU.
     """
+    if quant.get("allow_emulated_fallback") is None:  # unset: on for auto only (solbench.config.emulated_fallback)
+        quant["allow_emulated_fallback"] = quant.get("backend") == "auto"
     if quant.get("backend") != "auto":
         return
     if not (device == "cpu" or (device == "auto" and model == "tiny" and not torch.cuda.is_available())):
