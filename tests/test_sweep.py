@@ -65,6 +65,7 @@ def quality(n: int, k: int, seed: int = 0) -> float:
 
 
 def sweep(spec, results, **kwargs):
+    kwargs.setdefault("workers", 1)
     return Sweep(spec, results, run_fn=RUN_FN, sys_path=[str(TESTS)], poll_s=0.2, **kwargs)
 
 
@@ -173,6 +174,7 @@ def test_search_space_maps_params_and_rejects_bad_declarations(tmp_path):
 def test_the_study_persists_continues_and_reuses_done_runs(tmp_path):
     spec = make_spec(tmp_path, """
         trials: 2
+        seeds_per_cell: 1
         sampler: random
         storage: sqlite
         pruner: {kind: none}
@@ -226,6 +228,7 @@ def test_the_study_persists_continues_and_reuses_done_runs(tmp_path):
 def test_a_trial_cut_off_by_ctrl_c_is_taken_up_again_and_its_run_resumes(tmp_path, monkeypatch):
     spec = make_spec(tmp_path, """
         trials: 1
+        seeds_per_cell: 1
         storage: journal
         params: {n: {choices: [8]}, k: {choices: [2]}}
     """)
@@ -255,6 +258,7 @@ def test_a_trial_cut_off_by_ctrl_c_is_taken_up_again_and_its_run_resumes(tmp_pat
 def test_median_pruner_stops_a_run_below_the_median_of_completed_trials(tmp_path):
     spec = make_spec(tmp_path, """
         trials: 3
+        seeds_per_cell: 1
         sampler: random
         storage: journal
         pruner: {kind: median, n_startup_trials: 2}
@@ -283,6 +287,7 @@ def test_median_pruner_stops_a_run_below_the_median_of_completed_trials(tmp_path
 def test_time_to_target_minimises_and_invalid_combinations_do_not_count(tmp_path):
     spec = make_spec(tmp_path, """
         trials: 10
+        seeds_per_cell: 1
         sampler: grid
         storage: journal
         objective: {kind: time_to_target, metric: shapes_geneval, target: 0.3}
@@ -302,6 +307,7 @@ def test_time_to_target_minimises_and_invalid_combinations_do_not_count(tmp_path
 
     budget = make_spec(tmp_path, """
         trials: 1
+        seeds_per_cell: 1
         storage: journal
         objective: {kind: reward_at_budget, metric: shapes_geneval, budget_s: 3}
         params: {n: {choices: [8]}, k: {choices: [4]}}
@@ -321,6 +327,7 @@ def test_time_to_target_minimises_and_invalid_combinations_do_not_count(tmp_path
 def test_a_crashing_run_fails_its_trial_with_the_error_and_the_others_complete(tmp_path):
     spec = make_spec(tmp_path, """
         trials: 2
+        seeds_per_cell: 1
         sampler: grid
         storage: journal
         objective: {metric: reward, split: train}
@@ -375,6 +382,7 @@ def test_a_study_of_rejected_trials_only_is_started_anew_by_a_corrected_spec(tmp
     # yet refused the corrected search space as another one ("sweep.params differs from the one study ...").
     spec = make_spec(tmp_path, """
         trials: 1
+        seeds_per_cell: 1
         sampler: grid
         storage: journal
         params: {n: {choices: [2]}, k: {choices: [4]}}
@@ -403,6 +411,7 @@ def test_a_study_of_rejected_trials_only_is_started_anew_by_a_corrected_spec(tmp
 def test_cli_prints_the_trials_and_the_best_and_show_reads_the_study(tmp_path, capsys):
     spec = make_spec(tmp_path, """
         trials: 2
+        seeds_per_cell: 1
         sampler: grid
         storage: journal
         params: {n: {choices: [4, 8]}, k: {choices: [2]}}
@@ -454,6 +463,7 @@ SLURM_UP, SLURM_WHY = slurm_up()
 def test_trials_run_in_parallel_on_slurm_and_a_pruned_job_is_cancelled(tmp_path, monkeypatch):
     spec = make_spec(tmp_path, """
         trials: 3
+        seeds_per_cell: 1
         parallel: 2
         sampler: random
         storage: journal

@@ -38,6 +38,7 @@ matrix:
   seed: [0]
 sweep:
   trials: TRIALS
+  seeds_per_cell: 1
   sampler: grid
   storage: journal
   OBJECTIVE

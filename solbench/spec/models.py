@@ -183,6 +183,9 @@ class SweepObjective(BaseModel):
     target: Optional[float] = None  # for time_to_target
     hardware: str = "B200"  # reward_and_time: PROJECTED GPU seconds per iteration on this profile (B200 | H100)
     mfu: float = Field(default=0.4, gt=0, le=1)  # ... at this utilisation
+    # reward_and_time's time axis: the PROJECTED GPU seconds above, or each cell's MEASURED training seconds per
+    # iteration on its own runs' clock (solbench/sweep/cell.py)
+    clock: Literal["projected", "measured"] = "projected"
 
 
 class SweepPruner(BaseModel):
@@ -196,6 +199,8 @@ class SweepModel(BaseModel):
     model_config = _STRICT
     study: Optional[str] = None  # default: the spec name
     storage: Literal["sqlite", "journal"] = "sqlite"  # file under results/<experiment>/
+    storage_url: Optional[str] = None  # a database URL (postgresql://..., mysql://...) instead of the file
+    seeds_per_cell: int = Field(default=3, ge=1)  # run seeds a trial (one cell) trains; its value is their mean
     trials: int = Field(default=8, ge=1)
     parallel: int = Field(default=1, ge=1)  # trials in flight at once (Slurm jobs or local workers)
     sampler: Literal["tpe", "random", "grid"] = "tpe"

@@ -8,9 +8,15 @@ Objectives (``sweep.objective.kind``), computed from the run's curve of ``metric
   training ended before the budget keeps its final value (maximised);
 - ``time_to_target``: ``wall_s`` of the first evaluation reaching ``target``, ``inf`` if none did
   (minimised). Its intermediate value is the gap ``target - reward`` (lower is better).
-- ``reward_and_time``: two objectives, the final value (maximised) and the run's PROJECTED GPU seconds per
-  training iteration on ``hardware`` at ``mfu`` (minimised): a multi-objective study whose Pareto front the
-  report draws (solbench/sweep/pareto.py). Not pruned.
+- ``reward_and_time``: two objectives, the final value (maximised) and the run's seconds per training iteration
+  (minimised): with ``clock: projected`` (the default) its PROJECTED GPU seconds on ``hardware`` at ``mfu``
+  (solbench/sweep/pareto.py), with ``clock: measured`` its MEASURED seconds on its own training clock
+  (solbench/sweep/cell.py ``measured_iteration_seconds``): a multi-objective study whose Pareto front the report
+  draws. Not pruned.
+
+``reward_at_budget``'s budget is on the measured clock too (each run's cumulative training ``wall_s``). A trial is a
+cell of ``sweep.seeds_per_cell`` runs: every value here is one run's, and the trial's is the mean over its seeds
+(solbench/sweep/cell.py).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ class Objective:
     target: float | None = None
     hardware: str = "B200"  # reward_and_time: the projected clock's hardware profile and utilisation
     mfu: float = 0.4
+    clock: str = "projected"  # reward_and_time's time axis: projected | measured
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -53,7 +60,8 @@ class Objective:
     def from_model(cls, model: Any, where: str = "") -> "Objective":
         try:
             return cls(kind=model.kind, metric=model.metric, split=model.split, budget_s=model.budget_s,
-                       target=model.target, hardware=model.hardware, mfu=model.mfu)
+                       target=model.target, hardware=model.hardware, mfu=model.mfu,
+                       clock=getattr(model, "clock", "projected"))
         except ConfigError as err:
             raise ConfigError(f"{where}: {err}" if where else str(err)) from None
 
@@ -75,6 +83,17 @@ class Objective:
         """The objective values of a finished run (one, or [reward, projected s/iteration] when ``multi``)."""
         if not self.multi:
             return [self.value(rows)]
+        if self.clock == "measured":
+            from solbench.sweep.cell import measured_iteration_seconds
+
+            rows = list(rows)
+            seconds = measured_iteration_seconds(rows)
+            if not seconds == seconds:  # NaN
+                raise ObjectiveError("the run has no timed training iterations (train rows with wall_s)")
+            curve = self.curve(rows)
+            if not curve:
+                raise ObjectiveError(f"the run has no {self.split} rows of metric {self.metric!r}")
+            return [final_reward(curve), seconds]
         return reward_and_time(self, rows, timing_rows, config)
 
     def metric_problem(self, config: RunConfig) -> str | None:
@@ -108,9 +127,12 @@ class Objective:
     def describe(self) -> str:
         name = f"{self.split}/{self.metric}"
         if self.kind == "reward_at_budget":
-            return f"{name} at {self.budget_s:g} s of training (maximize)"
+            return f"{name} at {self.budget_s:g} s of MEASURED training time (each run's own clock; maximize)"
         if self.kind == "time_to_target":
             return f"training seconds until {name} >= {self.target:g} (minimize)"
+        if self.multi and self.clock == "measured":
+            return (f"final {name} (maximize) and MEASURED training seconds per iteration (each cell's own runs' "
+                    "clock; minimize): Pareto front")
         if self.multi:
             return (f"final {name} (maximize) and PROJECTED {self.hardware} seconds per iteration at {self.mfu:.0%} "
                     "(minimize): Pareto front")
@@ -121,4 +143,6 @@ class Objective:
         if not self.multi:  # studies recorded before reward_and_time existed keep matching their objective
             data.pop("hardware")
             data.pop("mfu")
+        if self.clock == "projected":  # studies recorded before the measured clock existed keep matching
+            data.pop("clock")
         return data

@@ -1,27 +1,35 @@
-"""The sweep loop: ``Sweep`` asks the study for trials, runs them as ordinary runs and tells it the outcome.
+"""The sweep loop: ``Sweep`` asks the study for trials, runs each trial's cell (its R seed runs) and tells the
+study the outcome.
 
-Dispatch goes through solbench.launch: with a local profile a trial runs in this process
-(``execute_run``), one after another; with a Slurm profile up to ``parallel`` trials run as submitit
-jobs (``launch_slurm``). While a run trains, the sweep reads the evaluation rows of its
-metrics.jsonl (the objective's metric) and reports them as intermediate values at the training
-step, so Optuna pruners (median, hyperband) can stop it: a pruned local run is stopped at the
-evaluation that decided it, a pruned Slurm job is cancelled; either way its status.json says
-``failed`` with ``pruned: true`` and it keeps its checkpoints, so the same run, proposed again,
-resumes rather than restarts.
+A trial is one cell: the sampled values trained with ``sweep.seeds_per_cell`` run seeds (solbench/sweep/cell.py),
+each an ordinary run. Dispatch goes through solbench.launch: with a local profile of one worker the runs execute in
+this process, one after another; with more local workers (``workers: auto``: one per core) they run side by side in
+worker processes fed from one queue (solbench/sweep/pool.py), up to ``sweep.parallel`` cells in flight; with a Slurm
+profile the runs of up to ``parallel`` cells go out as submitit job arrays (``launch_slurm``). While the runs train,
+the sweep reads the evaluation rows of their metrics.jsonl and reports, at every training step all of a cell's seeds
+have evaluated, the MEAN of their values as the trial's intermediate value, so Optuna pruners (median, hyperband)
+decide on the cell, never on one seed; a pruned cell's runs are stopped (in process at the evaluation that decided
+it, a worker ended, a Slurm job cancelled); each reads ``failed`` with ``pruned: true`` and keeps its checkpoints,
+so the same cell, proposed again, resumes rather than restarts.
 
-The package docstring (solbench/sweep/__init__.py) describes a sweep as a whole.
+A sweep killed mid-cell (kill -9) and started again takes the RUNNING trial up again: its cell is the one its
+sampled values give (the run ids are recorded in its ``run_ids`` attribute), the seeds that finished are reused, the
+ones cut off resume from their checkpoints and the ones not started run; the grid sampler keeps the seed it was
+created with, so the next trials ask the cells not yet tried and every cell of the grid is covered once.
 
-This module is one class and its entry point (about 450 lines for that reason): ``Sweep`` is the ask / launch /
-observe / prune / tell loop, and its methods share one sweep's state (the study, the trials in flight, the
-relaunch counts, the session lock). The parts with a job of their own are already their own modules: the search
-space (space), the study and its storage (study), a trial in flight (flight), the objective read from a run's
-curve (objective, curve), the Pareto front (pareto), Slurm job ids and cancelling (slurm) and the trials table (trials).
+The package docstring (solbench/sweep/__init__.py) describes a sweep as a whole. This module is one class and its
+entry point: ``Sweep`` is the ask / launch / observe / prune / tell loop, and its methods share one sweep's state
+(the study, the cells in flight, the session lock). The parts with a job of their own are their own modules: the
+search space (space), the study and its storage (study), a cell in flight (flight), a cell's numbers (cell), the
+objective read from a run's curve (objective, curve), the Pareto front (pareto), the local workers (pool), Slurm
+job ids and cancelling (slurm) and the trials table (trials).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -33,9 +41,9 @@ from solbench.config import RunConfig
 from solbench.errors import ConfigError, SolbenchError
 from solbench.launch import (DEFAULT_RUN_FN, LOCK_FILE, RunTask, execute_run, launch_slurm, prepare_run, preflight,
                              run_fn_ref, run_lock, run_states)
-from solbench.results import RunStore
+from solbench.sweep.cell import CLOCK, cell_interval, cell_seeds, check_seed_axis, mean_curve, measured_iteration_seconds
 from solbench.sweep.curve import ObjectiveError
-from solbench.sweep.flight import _Flight, _StopRun
+from solbench.sweep.flight import _Cell, _Flight, _StopRun
 from solbench.sweep.objective import Objective
 from solbench.sweep.slurm import _job_id, _scancel
 from solbench.sweep.space import search_space
@@ -54,7 +62,7 @@ class SweepResult:
     """What a ``Sweep.run`` did and where the study is."""
 
     study: Any  # optuna.Study
-    storage: Path
+    storage: Path | str
     trials_path: Path
     target: int
     finished_now: list[int] = field(default_factory=list)  # trial numbers finished by this invocation
@@ -70,16 +78,17 @@ class SweepResult:
 
 
 class Sweep:
-    """An Optuna study over a spec's axes whose trials are runs (see the module docstring).
+    """An Optuna study over a spec's axes whose trials are cells of R seed runs (see the module docstring).
 
     ``run_fn`` executes one run (default: the trainer; tests pass a module-level function), and
-    ``sys_path`` entries are prepended inside Slurm jobs so they can import it. ``echo`` receives one
-    line per trial event.
+    ``sys_path`` entries are prepended inside Slurm jobs and local workers so they can import it. ``echo`` receives
+    one line per trial event. ``workers`` overrides the local profile's (1: every run in this process).
     """
 
     def __init__(self, spec, results_root: str | Path = "results", *, profile_name: str | None = None,
                  run_fn: str | Callable = DEFAULT_RUN_FN, sys_path: Sequence[str] = (), poll_s: float = 5.0,
-                 echo: Callable[[str], None] | None = None):
+                 echo: Callable[[str], None] | None = None, workers: int | None = None):
+        from solbench.launch.local import local_workers
         from solbench.spec import load_profile
 
         if spec.sweep is None:
@@ -87,6 +96,9 @@ class Sweep:
         self.spec = spec
         self.results_root = Path(results_root)
         self.space = search_space(spec)
+        self.seeds_per_cell = spec.sweep.seeds_per_cell
+        check_seed_axis(self.space.names, self.seeds_per_cell, self.space.where("sweep", "seeds_per_cell")
+                        if self.space.where else f"{spec.path}: sweep.seeds_per_cell")
         self.objective = Objective.from_model(spec.sweep.objective, f"{spec.path}: sweep.objective")
         self.profile_path, self.profile = load_profile(profile_name or spec.launch, spec.path)
         # the objective against the runs before any study exists: a study keeps the objective it was created
@@ -100,13 +112,19 @@ class Sweep:
         self.dir = sweep_dir(spec, self.results_root)
         self.notes = list(self.space.notes)
         self.parallel = spec.sweep.parallel
-        if self.profile.executor == "local" and self.parallel > 1:
-            self.notes.append(f"profile {self.profile_path} runs in this process: trials run one at a time "
-                              f"(sweep.parallel={self.parallel} applies on Slurm)")
-            self.parallel = 1
+        self.workers = 1
+        self.pool = None
+        if self.profile.executor == "local":
+            corners = list(self.space.resolved_corners(spec))[:1]
+            runs = [_Planned(c) for c in corners] * (self.parallel * self.seeds_per_cell)
+            self.workers = workers if workers is not None else local_workers(getattr(self.profile, "workers", 1), runs)
+            if self.workers == 1 and self.parallel > 1:
+                self.notes.append(f"profile {self.profile_path} runs in this process: cells run one at a time "
+                                  f"(sweep.parallel={self.parallel} applies with local workers and on Slurm)")
+                self.parallel = 1
         self.study = None
-        self._flights: dict[str, _Flight] = {}  # run_id -> flight
-        self._stopping: dict[str, _Flight] = {}
+        self._cells: dict[tuple[str, ...], _Cell] = {}
+        self._stopping: dict[str, _Flight] = {}  # pruned runs whose worker or job is being stopped
         self._finished_now: list[int] = []
 
     # -- entry point --------------------------------------------------------------------------
@@ -124,13 +142,22 @@ class Sweep:
                                     f"{self.spec.name} (host pid: {holder}); wait for it or stop it first")
             self.study = open_study(self.spec, self.results_root, space=self.space, objective=self.objective,
                                     notes=self.notes)
-            self.study.sampler = make_sampler(self.spec.sweep.sampler, self.space,
-                                              self.spec.sweep.sampler_seed + len(self.study.trials))
+            # grid: the seed the study was created with, always (GridSampler numbers the first trials' grid points
+            # through its seeded permutation of the grid: another seed after a resume would give trial 1 the cell
+            # trial 0 had). Random and TPE: a seed moved on by the trials held, so a resume asks new points.
+            offset = 0 if self.spec.sweep.sampler == "grid" else len(self.study.trials)
+            self.study.sampler = make_sampler(self.spec.sweep.sampler, self.space, self.spec.sweep.sampler_seed + offset)
+            if self.workers > 1:
+                from solbench.sweep.pool import SweepPool
+
+                self.pool = SweepPool(self.workers)
             try:
                 self._adopt_orphans()
                 self._loop(target)
                 self._wait_for_stopping(timeout_s=max(30.0, 6 * self.poll_s))
             finally:
+                if self.pool is not None:
+                    self.pool.close()
                 self.export()
         return SweepResult(self.study, storage_path(self.spec, self.results_root), self.dir / TRIALS_FILE, target,
                            self._finished_now, self.notes)
@@ -143,7 +170,10 @@ class Sweep:
     # -- the loop -----------------------------------------------------------------------------
 
     def _in_flight(self) -> int:
-        return sum(len(f.trials) for f in self._flights.values())
+        return sum(len(c.trials) for c in self._cells.values())
+
+    def _flights(self) -> list[_Flight]:
+        return [f for c in self._cells.values() for f in c.flights]
 
     def _wanted(self, target: int) -> bool:
         """Whether another trial should be asked: the study is short of ``target`` and the grid is not used up."""
@@ -154,7 +184,7 @@ class Sweep:
         invalid_in_row = 0
         while True:
             while self._in_flight() < self.parallel and self._wanted(target):
-                flight, invalid = self._new_trial()
+                _, invalid = self._new_trial()
                 if invalid:
                     invalid_in_row += 1
                     if invalid_in_row >= MAX_CONSECUTIVE_INVALID:
@@ -162,61 +192,68 @@ class Sweep:
                                           f"were all rejected (last: {invalid}); narrow sweep.params")
                     continue
                 invalid_in_row = 0
-            launches = [f for f in self._flights.values() if not f.launched]
+            launches = [f for f in self._flights() if not f.launched and not f.ended]
             if launches:
-                self._launch(launches)  # locally: runs them here and now
-            if not self._flights:
+                self._launch(launches)  # in this process: runs them here and now
+            if not self._cells:
                 if not self._wanted(target):
                     return
-                continue  # local runs ended (or were pruned) during the launch: ask for more
+                continue  # cells ended (or were pruned) during the launch: ask for more
             self._poll()
-            if self._flights and (self.profile.executor != "local" or not launches):
-                time.sleep(self.poll_s)  # Slurm jobs, or runs executed by another process
+            if self._cells:
+                if self.pool is not None:
+                    self.pool.pump(timeout=self.poll_s)
+                elif self.profile.executor != "local" or not launches:
+                    time.sleep(self.poll_s)  # Slurm jobs, or runs executed by another process
 
     def _grid_used_up(self) -> bool:
         if self.spec.sweep.sampler != "grid":
             return False
         size = math.prod(len(values) for values in self.space.grid().values())
-        started = sum(1 for t in self.study.get_trials(deepcopy=False)
-                      if "grid_id" in t.system_attrs and (t.state.is_finished() or t.state.name == "RUNNING"))
-        if started >= size:
+        started = {t.system_attrs["grid_id"] for t in self.study.get_trials(deepcopy=False)
+                   if "grid_id" in t.system_attrs and (t.state.is_finished() or t.state.name == "RUNNING")}
+        if len(started) >= size:
             note = f"all {size} combinations of the grid were tried"
             if note not in self.notes:
                 self.notes.append(note)
             return True
         return False
 
-    def _new_trial(self) -> tuple[_Flight | None, str | None]:
-        """Ask a trial and attach it to its run; (flight or None when finished at once, invalid reason)."""
+    def _cell_configs(self, assignment: Mapping[str, Any]) -> list[RunConfig]:
+        """The RunConfigs of a cell's seed runs; ConfigError for a combination the spec rejects."""
+        entry = self.space.excluded_by(assignment)
+        if entry is not None:
+            raise ConfigError(f"excluded by the spec's exclude entry {entry}")
+        configs = []
+        for seed in cell_seeds(assignment, self.seeds_per_cell):
+            run = self.spec.resolve({**assignment, "seed": seed}, ("sweep", "params"))
+            self._check_objective_metric(run.config)
+            configs.append(run.config)
+        return configs
+
+    def _new_trial(self) -> tuple[_Cell | None, str | None]:
+        """Ask a trial and attach it to its cell; (cell or None when finished at once, invalid reason)."""
         trial = self.study.ask(self.space.distributions)
         label = _label(trial.params)
-        assignment = self.space.assignment(trial.params)
-        entry = self.space.excluded_by(assignment)
         try:
-            if entry is not None:
-                raise ConfigError(f"excluded by the spec's exclude entry {entry}")
-            run = self.spec.resolve(assignment, ("sweep", "params"))
-            self._check_objective_metric(run.config)
+            configs = self._cell_configs(self.space.assignment(trial.params))
         except ConfigError as err:
+            trial.set_user_attr("invalid", True)
             if isinstance(err, _MetricMismatch):  # a spec error: stop the sweep
-                trial.set_user_attr("invalid", True)
                 self._tell(trial, "FAIL", reason=str(err))
                 raise
-            reason = f"invalid combination: {err}"
-            trial.set_user_attr("invalid", True)
-            self._tell(trial, "FAIL", reason=reason)
+            self._tell(trial, "FAIL", reason=f"invalid combination: {err}")
             self.echo(f"trial {trial.number}: {label}: skipped, the spec rejects it ({err})")
             return None, str(err)
-        trial.set_user_attr("run_id", run.run_id)
-        flight = self._flights.get(run.run_id)
-        if flight is not None:  # the same run is already training for another trial
-            flight.trials.append(trial)
-            flight.reported[trial.number] = set()
-            self.echo(f"trial {trial.number}: {label}: run {run.run_id} (already training for trial "
-                      f"{flight.trials[0].number})")
-            return flight, None
-        flight = _Flight(run.config, self.spec.run_dir(self.results_root, run.run_id), [trial], {trial.number: set()})
-        return self._place(flight, label), None
+        _record_runs(trial, configs)
+        key = tuple(c.run_id for c in configs)
+        cell = self._cells.get(key)
+        if cell is not None:  # the same cell is already training for another trial
+            cell.add_trial(trial)
+            self.echo(f"trial {trial.number}: {label}: its runs are already training for trial {cell.trials[0].number}")
+            return cell, None
+        cell = _Cell([_Flight(c, self.spec.run_dir(self.results_root, c.run_id)) for c in configs], [trial], label)
+        return self._place(cell), None
 
     def _check_objective_metric(self, config: RunConfig) -> None:
         problem = self.objective.metric_problem(config)
@@ -225,45 +262,59 @@ class Sweep:
                 f"{self.spec.path}: sweep.objective.metric"
             raise _MetricMismatch(f"{where}: {problem}")
 
-    def _place(self, flight: _Flight, label: str) -> _Flight | None:
-        """Decide what a new or adopted flight needs: reuse a done run, watch a live one, or launch."""
-        state, _ = run_states({flight.run_id: flight.run_dir})[flight.run_id]
-        numbers = ", ".join(str(t.number) for t in flight.trials)
-        if state == "done":
-            self.echo(f"trial {numbers}: {label}: run {flight.run_id} is done: reused")
-            self._finish(flight, "done")
+    def _place(self, cell: _Cell) -> _Cell | None:
+        """Decide what a new or adopted cell needs: reuse its done runs, watch its live ones, launch the rest."""
+        states = run_states({f.run_id: f.run_dir for f in cell.flights})
+        seeds = ", ".join(str(f.seed) for f in cell.flights)
+        if all(states[f.run_id][0] == "done" for f in cell.flights):
+            for flight in cell.flights:
+                flight.ended = "done"
+            self.echo(f"trial {cell.numbers}: {cell.label}: its runs (seeds {seeds}) are done: reused")
+            self._finish(cell)
             return None
-        self._flights[flight.run_id] = flight
-        if state in ("pending", "running"):
-            flight.launched = True
-            flight.job_id = _job_id(flight.run_dir)
-            self.echo(f"trial {numbers}: {label}: run {flight.run_id} is {state} already: watching it")
-        else:
-            self.echo(f"trial {numbers}: {label}: run {flight.run_id}")
-        return flight
+        self._cells[cell.key] = cell
+        parts = []
+        for flight in cell.flights:
+            state = states[flight.run_id][0]
+            if state == "done":
+                flight.ended = "done"
+                parts.append(f"seed {flight.seed} done")
+            elif state in ("pending", "running"):
+                flight.launched = True
+                flight.job_id = _job_id(flight.run_dir)
+                parts.append(f"seed {flight.seed} {state} already (watched)")
+        self.echo(f"trial {cell.numbers}: {cell.label}: seeds {seeds}" + (f" ({'; '.join(parts)})" if parts else ""))
+        return cell
 
     def _adopt_orphans(self) -> None:
-        """Trials left RUNNING by an interrupted sweep: watch their runs again, or relaunch them."""
+        """Trials left RUNNING by an interrupted sweep: their cells taken up again (see the module docstring)."""
         import optuna
 
         for frozen in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             trial = optuna.trial.Trial(self.study, frozen._trial_id)
-            run_id = frozen.user_attrs.get("run_id")
-            config = None
-            if run_id:
-                stored = RunStore(self.spec.run_dir(self.results_root, run_id), run_id).read_json("spec.json")
-                config = RunConfig.from_dict(stored) if stored else None
-            if config is None:
-                self._tell(trial, "FAIL", reason="the sweep was interrupted before this trial's run was launched")
+            if set(frozen.params) != set(self.space.names):  # interrupted inside ask, before its values existed
+                trial.set_user_attr("invalid", True)
+                self._tell(trial, "FAIL", reason="the sweep was interrupted before this trial's values were sampled")
                 continue
-            if run_id in self._flights:
-                self._flights[run_id].trials.append(trial)
-                self._flights[run_id].reported[trial.number] = set(frozen.intermediate_values)
+            try:
+                configs = self._cell_configs(self.space.assignment(frozen.params))
+            except ConfigError as err:
+                trial.set_user_attr("invalid", True)
+                self._tell(trial, "FAIL", reason=f"invalid combination: {err}")
                 continue
-            flight = _Flight(config, self.spec.run_dir(self.results_root, run_id), [trial],
-                             {trial.number: set(frozen.intermediate_values)})
-            self.echo(f"trial {trial.number}: taken up again from the interrupted sweep")
-            self._place(flight, _label(frozen.params))
+            recorded = frozen.user_attrs.get("run_ids")
+            if recorded and list(recorded) != [c.run_id for c in configs]:
+                self._tell(trial, "FAIL", reason="the spec changed since this trial started (its runs' ids differ)")
+                continue
+            _record_runs(trial, configs)
+            key = tuple(c.run_id for c in configs)
+            if key in self._cells:
+                self._cells[key].add_trial(trial, set(frozen.intermediate_values))
+                continue
+            cell = _Cell([_Flight(c, self.spec.run_dir(self.results_root, c.run_id)) for c in configs], [trial],
+                         _label(frozen.params), {frozen.number: set(frozen.intermediate_values)})
+            self.echo(f"trial {frozen.number}: taken up again from the interrupted sweep")
+            self._place(cell)
 
     # -- launching ----------------------------------------------------------------------------
 
@@ -274,16 +325,24 @@ class Sweep:
         preflight(self.spec, runs)
         if self.profile.executor == "local":
             for flight in flights:
-                self._execute_here(flight)
+                if flight.cell.stopping:
+                    continue  # its cell was pruned while an earlier seed trained
+                if self.pool is not None:
+                    store = prepare_run(PlannedRun(flight.config, {}), flight.run_dir, force=False)
+                    flight.launched = True
+                    self.pool.submit(RunTask(str(store.run_dir), flight.config.to_dict(), self.run_fn, self.sys_path))
+                else:
+                    self._execute_here(flight)
             return
         submission = launch_slurm(self.spec, runs, self.results_root, self.profile, run_fn=self.run_fn,
                                   sys_path=self.sys_path)
         for flight in flights:
             flight.launched = True
             flight.job_id = submission.job_ids.get(flight.run_id)
-            for trial in flight.trials:
-                trial.set_user_attr("job_id", flight.job_id)
-        self.echo(f"submitted {len(flights)} trial run(s) to Slurm: "
+        for cell in {id(f.cell): f.cell for f in flights}.values():
+            for trial in cell.trials:
+                trial.set_user_attr("job_ids", [f.job_id for f in cell.flights])
+        self.echo(f"submitted {len(flights)} run(s) of {len({id(f.cell) for f in flights})} cell(s) to Slurm: "
                   f"{', '.join(f'{f.run_id} (job {f.job_id})' for f in flights)}")
 
     def _execute_here(self, flight: _Flight) -> None:
@@ -294,103 +353,121 @@ class Sweep:
         task = RunTask(str(store.run_dir), flight.config.to_dict(), self.run_fn, self.sys_path)
 
         def listener(run_id: str, step: int, phase: str, info: dict) -> None:
-            if self._observe(flight):
+            if self._observe(flight.cell):
                 raise _StopRun(step)
 
         try:
             execute_run(task, progress=listener)
         except _StopRun:
-            self._record_pruned_run(flight)
+            _record_pruned_run(flight, self.spec)
 
     # -- watching -----------------------------------------------------------------------------
 
-    def _observe(self, flight: _Flight) -> bool:
-        """Report new evaluation points of a flight's run; True when its trials should be pruned."""
-        path = flight.store.table_path("metrics")
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
+    def _observe(self, cell: _Cell) -> bool:
+        """Report the seed-mean curve's new steps to the cell's trials; True when the cell should be pruned."""
+        if self.objective.multi or cell.stopping:  # Optuna prunes single-objective studies only
             return False
-        if size == flight.metrics_size or flight.stopping:
+        changed = False
+        for flight in cell.flights:
+            path = flight.store.table_path("metrics")
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            if size != flight.metrics_size:
+                flight.metrics_size = size
+                flight.curve = self.objective.curve(flight.store.read("metrics"))
+                changed = True
+        if not changed:
             return False
-        flight.metrics_size = size
-        if self.objective.multi:  # Optuna prunes single-objective studies only
-            return False
-        curve = self.objective.curve(flight.store.read("metrics"))
+        curve = mean_curve([f.curve for f in cell.flights])
+        new = self._report(cell, curve)
+        if not new or not curve or curve[-1].step >= cell.flights[0].config.iterations:
+            return False  # nothing new, or the final evaluation: nothing left to save by stopping
+        if cell.trials[0].should_prune():
+            cell.pruned_at = curve[-1].step
+            self._prune(cell)
+            return True
+        return False
+
+    def _report(self, cell: _Cell, curve) -> bool:
         new = False
-        for trial in flight.trials:
-            seen = flight.reported.setdefault(trial.number, set())
+        for trial in cell.trials:
+            seen = cell.reported.setdefault(trial.number, set())
             for point in curve:
                 if point.step not in seen:
                     trial.report(self.objective.intermediate(point), point.step)
                     seen.add(point.step)
                     new = True
-        if not new or not curve or curve[-1].step >= flight.config.iterations:
-            return False  # nothing new, or the final evaluation: nothing left to save by stopping
-        owner = flight.trials[0]
-        if owner.should_prune():
-            flight.pruned_at = curve[-1].step
-            self._prune(flight)
-            return True
-        return False
+        return new
 
-    def _prune(self, flight: _Flight) -> None:
-        """Tell the study its trials are pruned and stop the run (cancel its job on Slurm)."""
-        flight.stopping = True
-        self._flights.pop(flight.run_id, None)
-        for trial in flight.trials:
-            self._tell(trial, "PRUNED", reason=f"pruned at step {flight.pruned_at}")
-        self.echo(f"trial {', '.join(str(t.number) for t in flight.trials)}: pruned at step {flight.pruned_at} "
-                  f"(run {flight.run_id})")
-        if self.profile.executor != "local":
-            job = flight.job_id or _job_id(flight.run_dir)
-            if job:
-                _scancel(job)
-            self._stopping[flight.run_id] = flight
-
-    def _record_pruned_run(self, flight: _Flight) -> None:
-        store = flight.store
-        status = store.read_status()
-        store.write_status("failed", pruned=True,
-                           error=f"pruned by sweep {study_name(self.spec)!r} at step {flight.pruned_at}",
-                           slurm_job_id=status.get("slurm_job_id"))
+    def _prune(self, cell: _Cell) -> None:
+        """Tell the study the cell's trials are pruned and stop its runs that have not ended."""
+        cell.stopping = True
+        self._cells.pop(cell.key, None)
+        for trial in cell.trials:
+            self._tell(trial, "PRUNED", reason=f"pruned at step {cell.pruned_at}" + (
+                f" (mean of {len(cell.flights)} seeds)" if len(cell.flights) > 1 else ""))
+        self.echo(f"trial {cell.numbers}: {cell.label}: pruned at step {cell.pruned_at} on the mean of its "
+                  f"{len(cell.flights)} seeds")
+        for flight in cell.flights:
+            if flight.ended or not flight.launched:
+                continue
+            if self.profile.executor != "local":
+                job = flight.job_id or _job_id(flight.run_dir)
+                if job:
+                    _scancel(job)
+                self._stopping[flight.run_id] = flight
+            elif self.pool is not None:
+                if self.pool.stop(flight.run_id):
+                    self._stopping[flight.run_id] = flight
+                else:  # still queued: it never started
+                    _record_pruned_run(flight, self.spec)
+            # in this process: the listener raises _StopRun in the run that is training
 
     def _poll(self) -> None:
-        for flight in list(self._flights.values()):
-            self._observe(flight)
+        for cell in list(self._cells.values()):
+            self._observe(cell)
         self._check_stopping()
-        if not self._flights:
+        flights = {f.run_id: f for f in self._flights() if not f.ended and f.launched}
+        if not flights:
+            self._finish_ended()
             return
-        states = run_states({f.run_id: f.run_dir for f in self._flights.values()})
+        states = run_states({run_id: f.run_dir for run_id, f in flights.items()})
         for run_id, (state, status) in states.items():
-            flight = self._flights.get(run_id)
-            if flight is None:
+            flight = flights[run_id]
+            if flight.cell.stopping:
                 continue
             if state in ("done", "failed"):
-                self._flights.pop(run_id)
-                self._finish(flight, state, status.get("error"))
+                flight.ended, flight.error = state, status.get("error")
             elif state in ("interrupted", "new"):
                 if flight.relaunches >= MAX_RELAUNCHES:
-                    self._flights.pop(run_id)
-                    self._finish(flight, "failed", f"run {state} after {flight.relaunches + 1} launches (job "
-                                                   "cancelled or killed outside the sweep)")
+                    flight.ended = "failed"
+                    flight.error = (f"run {state} after {flight.relaunches + 1} launches (job cancelled or killed "
+                                    "outside the sweep)")
                     continue
-                if flight.launched:
-                    flight.relaunches += 1
-                    self.echo(f"run {run_id} was {state}: launching it again (resumes from its checkpoint)")
+                flight.relaunches += 1
+                self.echo(f"run {run_id} (seed {flight.seed}) was {state}: launching it again (resumes from its "
+                          "checkpoint)")
                 flight.launched = False
-                self._launch([flight])
+        self._finish_ended()
+
+    def _finish_ended(self) -> None:
+        for cell in list(self._cells.values()):
+            if cell.ended:
+                self._cells.pop(cell.key)
+                self._finish(cell)
 
     def _check_stopping(self) -> None:
-        """Record pruned Slurm runs as pruned once their cancelled job is gone (one that finished
-        before the cancel landed stays done)."""
+        """Record pruned runs as pruned once their worker or cancelled job is gone (one that finished before the
+        stop landed stays done)."""
         if not self._stopping:
             return
         states = run_states({run_id: flight.run_dir for run_id, flight in self._stopping.items()})
         for run_id, (state, _) in states.items():
             if state not in ("pending", "running"):
                 if state == "interrupted":
-                    self._record_pruned_run(self._stopping[run_id])
+                    _record_pruned_run(self._stopping[run_id], self.spec)
                 self._stopping.pop(run_id)
 
     def _wait_for_stopping(self, timeout_s: float) -> None:
@@ -402,33 +479,41 @@ class Sweep:
         for run_id in self._stopping:
             log.warning("pruned run %s still had a live job when the sweep ended", run_id)
 
-    def _finish(self, flight: _Flight, state: str, error: str | None = None) -> None:
-        """Tell the study the outcome of a flight's run: its objective, or why it has none."""
-        rows = flight.store.read("metrics")
-        curve = [] if self.objective.multi else self.objective.curve(rows)
-        for trial in flight.trials:  # intermediate values of a reused run, so later pruning sees them
-            seen = flight.reported.setdefault(trial.number, set())
-            for point in curve:
-                if point.step not in seen:
-                    trial.report(self.objective.intermediate(point), point.step)
-                    seen.add(point.step)
-        numbers = ", ".join(str(t.number) for t in flight.trials)
-        if state != "done":
-            for trial in flight.trials:
-                self._tell(trial, "FAIL", reason=f"run {flight.run_id} failed: {error or 'see its status.json'}")
-            self.echo(f"trial {numbers}: run {flight.run_id} failed ({error})")
+    def _finish(self, cell: _Cell) -> None:
+        """Tell the study the outcome of a cell: the mean of its seeds' objectives, or why it has none."""
+        rows = [f.store.read("metrics") for f in cell.flights]
+        if not self.objective.multi:  # intermediate values of reused runs, so later pruning sees them
+            self._report(cell, mean_curve([self.objective.curve(r) for r in rows]))
+        failed = [f for f in cell.flights if f.ended != "done"]
+        if failed:
+            why = "; ".join(f"seed {f.seed}: run {f.run_id} failed: {f.error or 'see its status.json'}" for f in failed)
+            for trial in cell.trials:
+                self._tell(trial, "FAIL", reason=why)
+            self.echo(f"trial {cell.numbers}: {cell.label}: {why}")
             return
         try:
-            values = self.objective.values(rows, flight.store.read("timings") if self.objective.multi else (),
-                                           flight.config)
+            per_seed = [self.objective.values(r, f.store.read("timings") if self.objective.multi else (), f.config)
+                        for f, r in zip(cell.flights, rows)]
         except ObjectiveError as err:
-            for trial in flight.trials:
-                self._tell(trial, "FAIL", reason=f"run {flight.run_id}: {err}")
-            self.echo(f"trial {numbers}: no objective: {err}")
+            for trial in cell.trials:
+                self._tell(trial, "FAIL", reason=f"cell {cell.label}: {err}")
+            self.echo(f"trial {cell.numbers}: no objective: {err}")
             return
-        for trial in flight.trials:
+        values = [statistics.fmean(v[i] for v in per_seed) for i in range(len(per_seed[0]))]
+        seed_values = [v[0] for v in per_seed]
+        seconds = [measured_iteration_seconds(r) for r in rows]
+        lo, hi, covers = (cell_interval(rows, self.objective.metric, seed_values) if self.objective.direction ==
+                          "maximize" else (math.nan, math.nan, "a minimised objective: no reward interval"))
+        for trial in cell.trials:
+            trial.set_user_attr("seed_values", seed_values)
+            trial.set_user_attr("interval", [lo, hi])
+            trial.set_user_attr("covers", covers)
+            trial.set_user_attr("seed_seconds_per_iter", [s if math.isfinite(s) else None for s in seconds])
+            trial.set_user_attr("clock", CLOCK)
             self._tell(trial, "COMPLETE", value=values if self.objective.multi else values[0])
-        self.echo(f"trial {numbers}: {', '.join(f'{v:.6g}' for v in values)} (run {flight.run_id})")
+        shown = ", ".join(f"{v:.6g}" for v in values)
+        self.echo(f"trial {cell.numbers}: {cell.label}: {shown} (mean of seeds {', '.join(str(f.seed) for f in cell.flights)}: "
+                  f"{', '.join(f'{v:.4g}' for v in seed_values)})")
 
     def _tell(self, trial, state: str, *, value: float | list[float] | None = None, reason: str | None = None) -> None:
         import optuna
@@ -442,6 +527,28 @@ class Sweep:
         if not trial.user_attrs.get("invalid"):
             self._finished_now.append(trial.number)
         self.export()
+
+
+@dataclass
+class _Planned:
+    """What ``local_workers`` reads of a run: its config."""
+
+    config: RunConfig
+
+
+def _record_runs(trial, configs: Sequence[RunConfig]) -> None:
+    trial.set_user_attr("run_ids", [c.run_id for c in configs])
+    trial.set_user_attr("run_id", configs[0].run_id)
+    trial.set_user_attr("seeds", [int(c.seed) for c in configs])
+
+
+def _record_pruned_run(flight: _Flight, spec) -> None:
+    store = flight.store
+    status = store.read_status()
+    if status.get("state") == "done":
+        return
+    store.write_status("failed", pruned=True, error=f"pruned by sweep {study_name(spec)!r} at step "
+                                                    f"{flight.cell.pruned_at}", slurm_job_id=status.get("slurm_job_id"))
 
 
 class _MetricMismatch(ConfigError):

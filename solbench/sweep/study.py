@@ -1,7 +1,8 @@
 """The Optuna study of a sweep: where it is stored, its sampler and pruner, and opening it.
 
 The study lives in ``results/<experiment>/sweep/`` (SQLite ``optuna.db`` or an Optuna journal file
-``optuna.journal``), named ``sweep.study`` (default: the spec name). ``open_study`` refuses a study
+``optuna.journal``: the storage Optuna recommends on a shared file system, for Slurm), named ``sweep.study``
+(default: the spec name), or in the database at ``sweep.storage_url`` where a cluster has one. ``open_study`` refuses a study
 created with another search space or objective (recorded in the study's ``solbench_sweep`` attribute),
 unless every trial it holds was rejected by the spec before any run started: such a study (left by a spec
 that was then corrected) is started anew, since it holds no result.
@@ -34,7 +35,9 @@ def study_name(spec) -> str:
     return spec.sweep.study or spec.name
 
 
-def _storage(path: Path):
+def _storage(path: Path, url: str | None = None):
+    if url:
+        return url
     if path.suffix == ".db":
         return f"sqlite:///{path.resolve()}"
     from optuna.storages import JournalStorage
@@ -91,14 +94,15 @@ def open_study(spec, results_root: str | Path, *, create: bool = True, space: Se
     if not create and not path.exists():
         raise SolbenchError(f"no sweep study at {path} (run `solbench sweep {spec.path}` first)")
     path.parent.mkdir(parents=True, exist_ok=True)
+    storage = _storage(path, spec.sweep.storage_url)
     space = space or search_space(spec)
     objective = objective or Objective.from_model(spec.sweep.objective, f"{spec.path}: sweep.objective")
     try:
         if create:
-            study = optuna.create_study(storage=_storage(path), study_name=name, directions=objective.directions,
+            study = optuna.create_study(storage=storage, study_name=name, directions=objective.directions,
                                         load_if_exists=True, pruner=make_pruner(spec.sweep.pruner))
         else:
-            study = optuna.load_study(study_name=name, storage=_storage(path), pruner=make_pruner(spec.sweep.pruner))
+            study = optuna.load_study(study_name=name, storage=storage, pruner=make_pruner(spec.sweep.pruner))
     except KeyError:
         raise SolbenchError(f"{path} holds no study {name!r}") from None
     except Exception as err:  # noqa: BLE001 - optuna raises storage-specific errors
@@ -114,7 +118,7 @@ def open_study(spec, results_root: str | Path, *, create: bool = True, space: Se
         changed = [part for part in ("objective", "params") if recorded.get(part) != wanted[part]]
         trials = study.get_trials(deepcopy=False)
         if changed and create and all(t.user_attrs.get("invalid") for t in trials):
-            optuna.delete_study(study_name=name, storage=_storage(path))
+            optuna.delete_study(study_name=name, storage=storage)
             if notes is not None:
                 notes.append(f"study {name!r} in {path} held only {len(trials)} trial(s) the spec rejected, under "
                              f"another sweep.{changed[0]}: started anew with this spec's")
