@@ -5,7 +5,8 @@ from prompt files, error messages from runs' status.json (which may come from so
 into the Markdown through the helpers here, and the HTML page is made from that Markdown by ``to_html``:
 
 - ``neutral(text)``: HTML's special characters as entities (``&``, ``<``, ``>``), newlines folded to spaces, and
-  the text clipped to a bound (with an ellipsis), so a 10 MB error message costs a few hundred characters. The
+  the text clipped to a bound (``solbench.bounded_text.clip``: '...' and its length), so a 10 MB error message
+  costs a few hundred characters. The
   writer's own Markdown (``**bold**``, ``code``, links) still works: it has none of these characters.
 - ``cell(value)``: a table cell: numbers formatted (``fmt_num``), missing values as ``-``, then ``neutral`` with the
   cell bound, and ``|`` escaped so that it cannot end the cell.
@@ -33,24 +34,21 @@ import pandas as pd
 from markdown.extensions import Extension
 from markdown.treeprocessors import Treeprocessor
 
+from solbench.bounded_text import clip
 from solbench.report.registry import Note, Table
 from solbench.report.stats import fmt_num
 
 CELL_CHARS = 400  # a table cell's bound (the findings' longest cells are about 2,000 characters of our own text)
 TEXT_CHARS = 4000  # a note's or caption's bound
 TITLE_CHARS = 200  # a title's bound (headings and figure alt text)
-ELLIPSIS = "…"
 
 _NEWLINES = re.compile(r"[\r\n\u2028\u2029\x0b\x0c\x85]+")
 
 
 def neutral(text, limit: int = TEXT_CHARS) -> str:
     """``text`` made inert in Markdown and HTML: ``& < >`` as entities, newlines as spaces, at most ``limit``
-    characters of it (an ellipsis where it was clipped). Clipping comes first, so the cost is bounded too."""
-    text = str(text)
-    if len(text) > limit:
-        text = text[: max(limit - 1, 0)] + ELLIPSIS
-    return _NEWLINES.sub(" ", html.escape(text, quote=False))
+    characters of it (``clip``: the first ones and how many it had). Clipping comes first: the cost is bounded too."""
+    return _NEWLINES.sub(" ", html.escape(clip(text, limit), quote=False))
 
 
 def cell(value, limit: int = CELL_CHARS) -> str:

@@ -111,6 +111,17 @@ class ReportOptions:
     hardware: str = "B200"  # cost projection profile (B200 | H100)
     mfu: float = 0.4  # cost projection: assumed fraction of dense peak reached by every GEMM
     kinds: tuple[str, ...] | None = None  # report kinds to run; None = all
+    # Declared before the data (issue 54, solbench.report.readout): the iteration the primary claims are read at
+    # (None: each claim's last common evaluation), how it was chosen (required with it), and the fall of a held-out
+    # reward from its peak (a fraction of the peak) past which a reading is flagged as reward-hacked
+    readout_iteration: int | None = None
+    readout_note: str = ""
+    hacking_drop: float = 0.05
+
+    def __post_init__(self) -> None:
+        from solbench.report.readout import check_options
+
+        check_options(self)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any] | None, where: str = "report") -> "ReportOptions":
@@ -339,11 +350,13 @@ class Tables:
             warnings.append(f"{int(self.runs['git_sha'].isna().sum())} run(s) have no recorded git SHA.")
         bad = self.incomplete_runs
         if len(bad):
+            from solbench.report.render import neutral  # a run's error text is not the report's: quoted inert
+
             lines = []
             for _, run in bad.iterrows():
                 err = str(run.get("error") or "").strip()
                 last = err.splitlines()[-1].strip().rstrip(".") if err else ""
-                detail = f": {last}" if last else ""
+                detail = f": {neutral(last, 300)}" if last else ""
                 lines.append(f"- `{run['run_id']}` ({run['arm']}, seed {run['seed']}) is **{run['status']}**{detail}")
             warnings.append(f"{len(bad)} of {len(self.runs)} runs are not done and are left out of every "
                             "aggregate below:\n" + "\n".join(lines))
