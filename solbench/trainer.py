@@ -156,6 +156,10 @@ class Trainer:
         if getattr(self.nets, "explore_backend", None) is not None:  # which backend quant.backend resolved to, and why
             log.info("%s", self.nets.explore_backend.describe())
             self.store.write_json("explore.json", self.nets.explore_backend.record())
+        from solbench.results.facts import FACTS_FILE, run_facts
+
+        # what a report needs from code, fixed now (solbench.stored_facts): collect reads it, not this code later
+        self.store.write_json(FACTS_FILE, run_facts(cfg.to_dict(), explores=uses_explore))
         if getattr(self.nets, "rollout_record", None) is not None:  # rollout path and compilation (issue 40)
             self.store.write_json("rollout.json", self.nets.rollout_record)
             # rewritten when compiled sampling falls back to eager (its compile_fallback, solbench.compile)

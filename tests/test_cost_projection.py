@@ -5,12 +5,14 @@ timesteps from each model's real spec, VAE FLOPs from the FLOP counter."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from solbench.report.cost import (FITTED, PAPER_TABLE5, PaperSetting, forward_flops, paper_models, paper_projection,
-                                  spec_settings)
+from solbench.paper_models import forward_flops, model_setting, paper_models, spec_settings
+from solbench.report.cost import FITTED, PAPER_TABLE5, paper_projection, stored_models
+from solbench.results.facts import paper_model_facts
+
+# The facts every report prices: the committed asset collect copies into results (solbench.paper_models)
+STORED = stored_models(paper_model_facts())
 
 CELLS = ("rollout_naive", "rollout_sol", "e2e_naive", "e2e_sol")
 
@@ -26,7 +28,7 @@ def test_table5_cells_within_25_percent_for_flux_and_sana_and_the_sd3_shortfall(
     (+36 % naive), and sd35_main runs the reference's SD3 rule (configs/sol_rl/sd3.py: min_dim 2432 keeps every
     square attention projection in BF16, norm1 and ff_context skipped), which puts 49 % of a forward in NVFP4 and
     projects a 1.7x rollout speedup where the paper reports 2.4x."""
-    df = paper_projection("B200").set_index("model")
+    df = paper_projection(STORED, "B200").set_index("model")
     assert len(df) == 3
     for model in ("FLUX.1", "SANA"):
         for cell in CELLS:
@@ -64,8 +66,8 @@ def test_dropping_a_modelled_setting_breaks_the_fit(setting_change):
     FLUX.1 or SANA cell or speedup (the two models inside the bands) out of the band."""
     models = dict(paper_models())
     for name, change in setting_change.items():
-        models[name] = dataclasses.replace(models[name], **change)
-    df = paper_projection("B200", setting=PaperSetting(models=tuple(models.items()))).set_index("model")
+        models[name] = model_setting(name, **change)  # the forward's FLOPs counted at the changed setting
+    df = paper_projection(models, "B200").set_index("model")
     df = df.loc[["FLUX.1", "SANA"]]
     worst_cell = max(abs(df[f"{c}_rel_error"]).max() for c in CELLS)
     worst_speedup = max(abs(df[f"{k}_speedup_rel_error"]).max() for k in ("rollout", "e2e"))
@@ -116,7 +118,7 @@ def test_settings_come_from_the_real_specs(tmp_path):
     got = {m: (s.resolution, s.train_timesteps, s.recipe) for m, s in paper_models().items()}
     assert got == {"flux": (512, 4, "nvfp4_flux"), "sd3": (1024, 6, "nvfp4_sd3"), "sana": (1024, 6, "nvfp4_sana")}
     assert set(paper_models()) == set(PAPER_TABLE5["model"])
-    from solbench.report.cost import EXPERIMENTS
+    from solbench.paper_models import EXPERIMENTS
 
     text = (EXPERIMENTS / "flux_main.yaml").read_text()
     assert "sol_rl: {method_config: {timestep_fraction: 0.4}}" in text
@@ -125,7 +127,7 @@ def test_settings_come_from_the_real_specs(tmp_path):
     assert spec_settings("flux", tmp_path)["train_timesteps"] == 6
 
 
-def test_the_caption_names_what_was_fitted_to_table5():
+def test_the_caption_names_what_was_fitted_to_table5(tmp_path):
     """Item 8 of issue 25: the fitted utilisation and the two forwards per step of SD3.5-L and SANA were inferred from
     Table 5 itself; the caption must say so, since agreement with Table 5 is then partly built in."""
     from solbench.report import Tables, get_kind
@@ -139,17 +141,21 @@ def test_the_caption_names_what_was_fitted_to_table5():
              "metrics": ["run_id", "step", "split", "metric", "value", "images_seen", "wall_s"],
              "timings": ["run_id", "step", "phase", "precision", "seconds", "n_images", "flops"],
              "candidates": ["run_id", "step", "prompt_id", "cand_idx", "noise_seed", "precision", "reward", "selected"]}
-    tables = Tables("x", None, *(pd.DataFrame(columns=c) for c in empty.values()), options=ReportOptions())
+    from fixtures.collected_facts import write_paper_facts
+
+    write_paper_facts(tmp_path)
+    tables = Tables("x", tmp_path, *(pd.DataFrame(columns=c) for c in empty.values()), options=ReportOptions())
     table = get_kind("cost_projection")(tables)[0]
     assert "FITTED, not independent" in table.caption and "partly built in" in table.caption
     assert all(text in table.caption for text in FITTED.values())
 
 
 def test_a_runs_projected_clock_prices_its_forward_at_the_runs_text_length():
-    """The bug: report/clock.py's run_shares and sweep/pareto.py priced a real run's explore forward at the
-    pipeline's maximum text length (FLUX 512 T5 tokens) while the run encodes model.text_max_length (flux_main:
-    128, as the reference train_flux1.py), so the NVFP4 share of its projected clock was of a forward it never
-    ran. Both must take the run's length (SD3: CLIP's 77 + T5's), and the adapter default when it is unset."""
+    """The bug: the share a run's facts record (solbench.results.facts, read by report/clock.py's run_shares) and
+    sweep/pareto.py priced a real run's explore forward at the pipeline's maximum text length (FLUX 512 T5
+    tokens) while the run encodes model.text_max_length (flux_main: 128, as the reference train_flux1.py), so the
+    NVFP4 share of its projected clock was of a forward it never ran. Both must take the run's length (SD3:
+    CLIP's 77 + T5's), and the adapter default when it is unset."""
     from types import SimpleNamespace
 
     import pandas as pd
@@ -157,6 +163,7 @@ def test_a_runs_projected_clock_prices_its_forward_at_the_runs_text_length():
     from solbench.quant.shares import precision_split
     from solbench.report.clock import projected_seconds, run_shares
     from solbench.report.hardware import get_hardware
+    from solbench.results.facts import run_facts
     from solbench.sweep.pareto import projected_iteration_seconds
 
     def share(model, recipe, tokens):
@@ -164,14 +171,11 @@ def test_a_runs_projected_clock_prices_its_forward_at_the_runs_text_length():
 
     at_512, at_128 = share("flux", "nvfp4_flux", 512), share("flux", "nvfp4_flux", 128)
     assert at_512 != pytest.approx(at_128, rel=1e-3)  # the length moves the share, so the test can see it
-    runs = pd.DataFrame([
-        {"run_id": "f128", "model": "flux", "p_quant.recipe": "nvfp4_flux", "p_model.resolution": 512,
-         "p_model.text_max_length": 128},
-        {"run_id": "f256", "model": "flux", "p_quant.recipe": "nvfp4_flux", "p_model.resolution": 512,
-         "p_model.text_max_length": 256},
-        {"run_id": "sd3", "model": "sd3", "p_quant.recipe": "nvfp4_sd3", "p_model.resolution": 512,
-         "p_model.text_max_length": None},  # unset: the adapter's 128 T5 tokens after CLIP's 77
-    ])
+    specs = {"f128": ("flux", "nvfp4_flux", 128), "f256": ("flux", "nvfp4_flux", 256),
+             "sd3": ("sd3", "nvfp4_sd3", None)}  # unset: the adapter's 128 T5 tokens after CLIP's 77
+    runs = pd.DataFrame([{"run_id": rid, "model": model, **run_facts(
+        {"model": {"name": model, "resolution": 512, "text_max_length": length}, "quant": {"recipe": recipe}},
+        explores=True)} for rid, (model, recipe, length) in specs.items()])
     got = run_shares(runs)
     assert got["f128"] == pytest.approx(at_128) and got["f256"] == pytest.approx(share("flux", "nvfp4_flux", 256))
     assert got["sd3"] == pytest.approx(share("sd3", "nvfp4_sd3", 77 + 128))
@@ -182,3 +186,22 @@ def test_a_runs_projected_clock_prices_its_forward_at_the_runs_text_length():
     hw = get_hardware("B200")
     assert projected_iteration_seconds(rows, config, hardware="B200", mfu=0.4) == pytest.approx(
         float(projected_seconds(1e15, True, at_128, hw, 0.4)))
+
+
+def test_the_committed_paper_model_facts_are_what_this_code_computes():
+    """The report prices the asset collect copies into results (solbench/assets/paper_model_facts.json), not this
+    code. Catches the asset left behind when the closed-form FLOPs, a recipe's rule, a real spec or a sourced
+    constant changes: every report would go on projecting the old numbers. `python -m solbench.paper_models`
+    rewrites it."""
+    import json
+
+    from solbench.paper_models import ASSET, facts_rows
+    from solbench.stored_facts import FACTS_SCHEMA
+
+    committed = json.loads(ASSET.read_text())
+    assert committed["facts_schema"] == FACTS_SCHEMA
+    assert len(committed["models"]) == 3
+    for stored, now in zip(committed["models"], facts_rows()):
+        assert stored.keys() == now.keys()
+        for key, value in now.items():
+            assert stored[key] == (pytest.approx(value, rel=1e-9) if isinstance(value, float) else value), key

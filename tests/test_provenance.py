@@ -175,11 +175,17 @@ def test_a_report_made_elsewhere_finds_the_checkouts_table(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("name", SPECS)
-def test_the_report_of_a_real_spec_lists_every_deviation(name):
+def test_the_report_of_a_real_spec_lists_every_deviation(name, tmp_path):
+    import json
+
     from solbench.report.provenance import provenance_section
+    from solbench.results.facts import provenance_record
 
     table = load_table(table_path(ROOT / "experiments" / "x.yaml", name), None)
-    summary, shown = provenance_section(SimpleNamespace(experiment=name))
+    record, deviations = provenance_record(name)  # what collect stores beside the results, which the report reads
+    (tmp_path / "collect_report.json").write_text(json.dumps({"provenance": record}))
+    deviations.to_parquet(tmp_path / "provenance.parquet", index=False)
+    summary, shown = provenance_section(SimpleNamespace(experiment=name, results_dir=tmp_path))
     assert len(shown.data) == len(table.deviations()) > 0
     assert set(shown.data["reason"]) == {row.deviation for row in table.deviations()}
     assert all(bullet in summary.text for bullet in table.deviation_bullets())

@@ -259,7 +259,7 @@ FLOP_COUNTER_GOLDEN = {("flux", 512): 21.50260015104e12, ("flux", 1024): 74.3846
 @pytest.mark.parametrize("model,resolution", list(FLOP_COUNTER_GOLDEN))
 def test_closed_form_flops_match_the_flop_counter(model, resolution):
     from solbench.flops import REAL_MODELS
-    from solbench.report.cost import forward_flops
+    from solbench.paper_models import forward_flops
 
     f = forward_flops(model, resolution, text_tokens=REAL_MODELS[model].text_tokens)
     assert f.total == pytest.approx(FLOP_COUNTER_GOLDEN[(model, resolution)], rel=5e-3)
@@ -269,20 +269,23 @@ def test_closed_form_flops_match_the_flop_counter(model, resolution):
 def test_closed_form_flops_match_a_live_flop_count():
     pytest.importorskip("diffusers")
     from solbench.flops import REAL_MODELS
-    from solbench.report.cost import forward_flops
+    from solbench.paper_models import forward_flops
 
     assert forward_flops("sana", 256).total == pytest.approx(REAL_MODELS["sana"].forward_flops(256), rel=5e-3)
 
 
 def test_cost_projection_formula_and_labels(main_tables):
-    from solbench.report.cost import HARDWARE, PaperSetting, forward_flops, paper_projection
+    from solbench.paper_models import forward_flops
+    from solbench.report.cost import HARDWARE, PaperSetting, paper_projection, stored_models
+    from solbench.report.stored import paper_model_facts
 
-    # formulas by hand for FLUX.1 (one forward per step, 512 px, 4 trained timesteps); the fit to every
-    # Table 5 cell is tests/test_cost_projection.py
-    df = paper_projection("B200", mfu=0.5).set_index("model")
+    # formulas by hand for FLUX.1 (one forward per step, 512 px, 4 trained timesteps), on the facts collected with
+    # the results; the fit to every Table 5 cell is tests/test_cost_projection.py
+    models = stored_models(paper_model_facts(main_tables))
+    df = paper_projection(models, "B200", mfu=0.5).set_index("model")
     f = forward_flops("flux", 512)
     s = PaperSetting()
-    m = s.model("flux")
+    m = models["flux"]
     bf16, fp4 = 2.25e15 * 8, 9e15 * 8
     fwd = f.linear / (bf16 * 0.5) + f.attention / (bf16 * s.attention_mfu)
     fwd_e = f.quantized / (fp4 * 0.5) + (f.linear - f.quantized) / (bf16 * 0.5) + f.attention / (bf16 * s.attention_mfu)
@@ -296,7 +299,7 @@ def test_cost_projection_formula_and_labels(main_tables):
     assert df.loc["FLUX.1", "e2e_naive_projected_s"] == pytest.approx(naive + train)
     assert df.loc["FLUX.1", "e2e_sol_projected_s"] == pytest.approx((sol + train) / (1 - s.requant_share))
     assert df.loc["FLUX.1", "rollout_naive_rel_error"] == pytest.approx(naive / 184 - 1)
-    h100 = paper_projection("H100", mfu=0.5).set_index("model")
+    h100 = paper_projection(models, "H100", mfu=0.5).set_index("model")
     assert "rollout_naive_paper_s" not in h100  # no paper numbers for hardware the paper did not use
     assert HARDWARE["H100"].explore_peak() == (1.98, "FP8")
     outputs = _outputs("cost_projection", main_tables)

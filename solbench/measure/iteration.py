@@ -272,9 +272,10 @@ def predicted_phase_gb(items: dict, phase: str) -> float | None:
 
 
 def projected_seconds_per_forward(model: str, resolution: int | None, hardware: str, low_precision: bool) -> float:
-    """The cost projection's seconds for one transformer forward of one image (solbench.report.cost:
-    its closed-form FLOPs, a hardware profile's dense peaks and the paper setting's utilisation)."""
-    from solbench.report.cost import PaperSetting, forward_flops
+    """The cost projection's seconds for one transformer forward of one image (solbench.paper_models'
+    closed-form FLOPs, a hardware profile's dense peaks and the paper setting's utilisation, solbench.report.cost)."""
+    from solbench.paper_models import forward_flops
+    from solbench.report.cost import PaperSetting
     from solbench.report.hardware import get_hardware
 
     hw, setting = get_hardware(hardware), PaperSetting()

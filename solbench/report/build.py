@@ -45,7 +45,7 @@ def resolve_experiment(spec_or_experiment: str | Path, results_root: str | Path 
             raise ConfigError(f"{target}: no such spec file")
         import yaml
 
-        from solbench.spec.yaml_lines import non_utf8
+        from solbench.spec_text import non_utf8
 
         try:
             data = yaml.safe_load(target.read_text(encoding="utf-8")) or {}
@@ -77,7 +77,7 @@ def _check_name(name: str, where: str) -> None:
     name) would write it outside the reports root, so it is refused in one line."""
     import re
 
-    from solbench.spec import NAME_PATTERN
+    from solbench.spec_text import NAME_PATTERN
 
     if not re.match(NAME_PATTERN, name):
         raise ConfigError(f"{where}: {name!r} is not an experiment name (letters, digits, '_', '.', '-', starting "
@@ -128,7 +128,8 @@ def write_report(spec_or_experiment: str | Path, results_root: str | Path = "res
 def completeness_warnings(spec_or_experiment: str | Path, results_dir: Path, collected_run_ids) -> list[str]:
     """What the collected tables lack, for the report's header and `solbench report`: table lines
     skipped as corrupt when collecting (collect_report.json), runs of the spec that were not
-    collected (when a spec file is given), and collected runs whose folder has gone since."""
+    collected (those the last collect was asked for), collected runs whose folder has gone since, and
+    facts the tables predate (solbench.report.stored)."""
     import json
 
     warnings = []
@@ -143,18 +144,10 @@ def completeness_warnings(spec_or_experiment: str | Path, results_dir: Path, col
                         f"{', '.join(files)} were skipped when collecting (listed in collect_report.json). "
                         f"`solbench status {spec_arg}` names each line and the command that rewrites it.")
     collected = {str(r) for r in collected_run_ids}
-    if spec_arg != "SPEC":
-        from solbench.spec import load_spec
+    from solbench.report.stored import stale_facts_warnings, uncollected_runs_warnings
 
-        try:
-            wanted = [run.run_id for run in load_spec(spec_arg).runs]
-        except SolbenchError:
-            wanted = []
-        absent = [r for r in wanted if r not in collected]
-        if absent:
-            warnings.append(f"Built from {len(wanted) - len(absent)} of the spec's {len(wanted)} runs: "
-                            f"{', '.join(absent)} were not collected (`solbench run {spec_arg}` runs what is "
-                            "missing, then collects).")
+    # from what collect recorded, not the spec: the report reads stored results alone
+    warnings += uncollected_runs_warnings(results_dir, collected, spec_arg) + stale_facts_warnings(results_dir, spec_arg)
     gone = sorted(r for r in collected if not (results_dir / r).is_dir())
     if gone:
         warnings.append(f"The collected tables hold {len(gone)} run(s) whose folder is gone from {results_dir}: "

@@ -4,13 +4,15 @@ Every timing row carries the FLOPs its phase counted (``timings.flops``; solbenc
 clock of a run at step s is the sum, over its training iterations 1..s and their phases with a count
 (evaluation excluded), of flops / (peak x mfu). Full-precision phases run at the profile's BF16 peak.
 Explore-precision phases run at the precision each FLOP really ran at: the share q of a forward's FLOPs
-that the run's recipe quantizes (``solbench.quant.shares.precision_split`` of the run's model, resolution
-and ``quant.recipe``, the rule ``quantized_copy`` applies) at the low-precision peak (NVFP4 on B200, FP8
-on H100), the rest (attention products, the layers the recipe keeps) at BF16
+that the run's recipe quantizes (recorded with the results, ``fact_quantized_share``: solbench.quant.shares of
+the run's model, resolution and ``quant.recipe``, the rule ``quantized_copy`` applies) at the low-precision peak
+(NVFP4 on B200, FP8 on H100), the rest (attention products, the layers the recipe keeps) at BF16
 (``solbench.report.hardware.HARDWARE``, options ``hardware`` and ``mfu``). It is a PROJECTION, never a
 measurement: it lets a CPU run (where FP4 is emulated and slower than full precision) show the shape
 the paper's wall-clock claims would have on FP4 hardware. Phases without a FLOP count (e.g. select,
-reward, or training when the methods do not count it) add nothing; ``counted_phases`` says which did.
+reward, or training when the methods do not count it) add nothing; ``counted_phases`` says which did. A run
+that explored but whose share is not recorded (results collected before it was) has no projected clock, and
+``describe`` names the command that records it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pandas as pd
 from solbench.report.hardware import get_hardware
 from solbench.report.registry import Note, Table
 from solbench.report.stats import fmt_num
+from solbench.report.stored import collect_command, run_fact
 from solbench.report.tables import EVAL_PHASES, Tables
 
 PROJECTION = "PROJECTION"
@@ -43,31 +46,24 @@ def projected_seconds(flops, explore, share, hw, mfu: float) -> np.ndarray:
 
 def run_shares(runs: pd.DataFrame) -> pd.Series:
     """Per run_id: the share of an explore forward's FLOPs its recipe quantizes (on TransformerEngine's
-    backend, the hardware projected onto), from the run's resolved spec (p_model.*, p_quant.recipe), with a real
-    model's forward at the run's text length (p_model.text_max_length), as it ran."""
-    from solbench.quant.shares import precision_split, run_text_tokens
-
-    def value(row, column):
-        v = row.get(column)
-        return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
-
-    from solbench.config import QuantConfig
-
-    out = {}
-    for _, row in runs.iterrows():
-        recipe = value(row, "p_quant.recipe") or QuantConfig().recipe  # results that predate the column: the default
-        resolution = value(row, "p_model.resolution")
-        length = value(row, "p_model.text_max_length")
-        split = precision_split(str(row["model"]), str(recipe), resolution=int(resolution) if resolution else None,
-                                path=value(row, "p_model.path"), backend="te",
-                                text_tokens=run_text_tokens(str(row["model"]), int(length) if length else None))
-        out[str(row["run_id"])] = split.quantized_share
-    return pd.Series(out, dtype=float)
+    backend, the hardware projected onto, at the run's model, resolution and text length), as recorded with the
+    results (``fact_quantized_share``); NaN where it is not."""
+    values = pd.to_numeric(run_fact(runs, "fact_quantized_share"), errors="coerce").to_numpy(float)
+    return pd.Series(values, index=runs["run_id"].astype(str).to_numpy(), dtype=float)
 
 
 def phase_projection(tables: Tables) -> pd.DataFrame:
     """Training timing rows of done runs with a FLOP count: run_id, step, phase, precision, flops,
     quantized_share (of explore rows; 0 otherwise), projected_s. Computed once per Tables and options."""
+    return _projection(tables)[0]
+
+
+def unpriced_runs(tables: Tables) -> list[str]:
+    """Done runs with counted explore FLOPs but no recorded quantized share: left out of the projection."""
+    return _projection(tables)[1]
+
+
+def _projection(tables: Tables) -> tuple[pd.DataFrame, list[str]]:
     key = (tables.options.hardware, tables.options.mfu, len(tables.timings), len(tables.done_runs))
     cache = tables.__dict__.setdefault("_phase_projection", {})
     if key not in cache:
@@ -75,23 +71,26 @@ def phase_projection(tables: Tables) -> pd.DataFrame:
     return cache[key]
 
 
-def _phase_projection(tables: Tables) -> pd.DataFrame:
+def _phase_projection(tables: Tables) -> tuple[pd.DataFrame, list[str]]:
     t = tables.timings
     cols = ["run_id", "step", "phase", "precision", "flops", "quantized_share", "projected_s"]
     if "flops" not in t:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=cols), []
     t = t[t["run_id"].isin(tables.done_runs["run_id"]) & ~t["phase"].isin(EVAL_PHASES)].copy()
     t["flops"] = pd.to_numeric(t["flops"], errors="coerce")
     t = t.dropna(subset=["flops", "step"])
     if t.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=cols), []
     explore = (t["precision"].astype(str) == "explore").to_numpy()
     runs = tables.done_runs[tables.done_runs["run_id"].isin(t.loc[explore, "run_id"])]
     shares = run_shares(runs.drop_duplicates("run_id")) if len(runs) else pd.Series(dtype=float)
     t["quantized_share"] = np.where(explore, t["run_id"].map(shares).to_numpy(float), 0.0)
+    unpriced = sorted(set(t.loc[explore & t["quantized_share"].isna().to_numpy(), "run_id"]))
+    t = t[~t["run_id"].isin(unpriced)]
+    explore = (t["precision"].astype(str) == "explore").to_numpy()
     t["projected_s"] = projected_seconds(t["flops"], explore, t["quantized_share"], hardware(tables),
                                          tables.options.mfu)
-    return t[cols].reset_index(drop=True)
+    return t[cols].reset_index(drop=True), unpriced
 
 
 def projected_clock(tables: Tables) -> pd.DataFrame:
@@ -151,7 +150,16 @@ def describe(tables: Tables) -> str:
             f"counted: {', '.join(counted) or 'none'}")
     if uncounted:
         text += f"; timed but without a FLOP count, so left out: {', '.join(uncounted)}"
-    return text + "."
+    return text + "." + unpriced_text(tables)
+
+
+def unpriced_text(tables: Tables) -> str:
+    """' N run(s) have no projected clock: ...' for runs whose explore share is not recorded ('' when none)."""
+    unpriced = unpriced_runs(tables)
+    if not unpriced:
+        return ""
+    return (f" {len(unpriced)} run(s) that explored have no projected clock: the collected tables lack the share "
+            f"of their explore forward the recipe quantizes ({', '.join(unpriced)}); {collect_command()} records it.")
 
 
 def own_flops_projection(tables: Tables, hw) -> Table | Note | None:
@@ -163,7 +171,7 @@ def own_flops_projection(tables: Tables, hw) -> Table | Note | None:
     runs = tables.done_runs
     t = phase_projection(tables)
     if t.empty:
-        return None
+        return Note("Projection of these runs", unpriced_text(tables).strip()) if unpriced_runs(tables) else None
     low_peak, low_name = hw.explore_peak()
     mfu = tables.options.mfu
     per_iter = t.groupby(["run_id", "step"]).agg(flops=("flops", "sum"), projected_s=("projected_s", "sum")).reset_index()
@@ -179,5 +187,6 @@ def own_flops_projection(tables: Tables, hw) -> Table | Note | None:
         f"iterations, mean over seeds), divided by the {hw.name} peak of the precision each FLOP ran at (explore "
         f"phases: the share of a forward the run's recipe quantizes at {low_name} {low_peak} PFLOP/s, the rest and "
         f"every full-precision phase at BF16 {hw.bf16} PFLOP/s) at {mfu:.0%} utilisation. Only the counted "
-        "phases are included; tiny models cannot fill a GPU, so this is a lower bound, for scale only."),
+        "phases are included; tiny models cannot fill a GPU, so this is a lower bound, for scale only."
+        + unpriced_text(tables)),
         display=display)

@@ -4,8 +4,9 @@ A number measured on an explore copy means little without the copy: NVFP4 at FLU
 Linear) and at SANA's (attention in full precision) rank seeds differently, FP8 is not FP4, and an emulated
 backend (fake quantization in full precision, what CPU runs use) says nothing about FP4 hardware. Every
 fidelity and speed number of a report names them (issue 41, item 5), from the runs' own settings
-(``p_quant.recipe``, ``p_quant.backend``) and, where a fidelity run measured it, the share of the linear
-multiply-accumulates its copy ran in low precision (``p_quant.mac_share``).
+(``p_quant.recipe``, ``p_quant.backend``), the recipe's format recorded with them (``fact_explore_format``,
+solbench.stored_facts) and, where a fidelity run measured it, the share of the linear multiply-accumulates its
+copy ran in low precision (``p_quant.mac_share``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+
+from solbench.report.stored import run_fact
 
 FORMAT_NAMES = {"none": "step budget only (full precision)", "nvfp4": "NVFP4", "mxfp4": "MXFP4", "fp8": "FP8",
                 "fp8_e5m2": "FP8 (E5M2, per tensor)"}
@@ -24,27 +27,33 @@ BACKEND_NAMES = {"emulated": "emulated backend (fake-quantized in full precision
 LOW_PRECISION_BACKENDS = frozenset({"te", "torch", "cpu_bf16"})
 
 
-def recipe_format(recipe: str) -> str:
-    """'NVFP4', 'MXFP4', 'FP8', ... of a quantization recipe name (the recipe's own ``format``)."""
+def recipe_format(recipe: str, fmt: str | None = None) -> str:
+    """'NVFP4', 'MXFP4', 'FP8', ... of a quantization recipe: its ``fmt`` as recorded with the runs
+    (``recipe_formats``); without one, the format its name starts with, else the name itself."""
     recipe = str(recipe)
     if recipe == "none":
         return FORMAT_NAMES["none"]
-    try:
-        from solbench.quant import get_recipe
-
-        fmt = get_recipe(recipe).format
-    except Exception:  # noqa: BLE001 - a recipe these results know and this code does not: read its name
+    if fmt is None or (isinstance(fmt, float) and math.isnan(fmt)):
         fmt = next((prefix for prefix in ("nvfp4", "mxfp4", "fp8") if recipe.startswith(prefix)), recipe)
-    return FORMAT_NAMES.get(fmt, str(fmt))
+    return FORMAT_NAMES.get(str(fmt), str(fmt))
 
 
-def recipe_label(recipe: str) -> str:
-    """'NVFP4 (nvfp4_tiny)', 'step budget only (full precision)', ... for a quantization recipe name."""
+def recipe_label(recipe: str, fmt: str | None = None) -> str:
+    """'NVFP4 (nvfp4_tiny)', 'step budget only (full precision)', ... for a quantization recipe name and its
+    recorded format ``fmt`` (``recipe_formats``)."""
     recipe = str(recipe)
     if recipe == "none":
         return FORMAT_NAMES["none"]
-    fmt = recipe_format(recipe)
+    fmt = recipe_format(recipe, fmt)
     return f"{fmt} ({recipe})" if fmt != recipe else recipe
+
+
+def recipe_formats(runs: pd.DataFrame) -> dict[str, str]:
+    """{recipe: format} as the runs recorded them (``fact_explore_format``); recipes without one are absent."""
+    if "p_quant.recipe" not in runs:
+        return {}
+    formats = pd.DataFrame({"recipe": runs["p_quant.recipe"].astype(str), "fmt": run_fact(runs, "fact_explore_format")})
+    return {str(r): str(f) for r, f in formats.dropna().drop_duplicates("recipe").itertuples(index=False)}
 
 
 def backend_label(backend) -> str:
@@ -66,9 +75,9 @@ def explore_text(runs: pd.DataFrame, *, with_share: pd.DataFrame | None = None) 
     recipes, backends = _values(runs, "p_quant.recipe"), _values(runs, "p_quant.backend")
     if not recipes:
         return "explore recipe not recorded"
-    parts = []
+    parts, formats = [], recipe_formats(runs)
     for recipe in recipes:
-        text = recipe_label(recipe)
+        text = recipe_label(recipe, formats.get(recipe))
         share = mac_share_text(with_share, recipe) if with_share is not None else ""
         parts.append(text + (f", {share}" if share else ""))
     if all(recipe == "none" for recipe in recipes):  # nothing ran in low precision: no backend to name

@@ -215,9 +215,9 @@ def _primary_recipe(tables: Tables, model: str, recipes: list[str]) -> str | Non
             return str(used.index[0])
     if len(recipes) == 1:
         return recipes[0]
-    from solbench.config import DEFAULT_EXPLORE_RECIPES
+    from solbench.report.stored import default_explore_recipe
 
-    default = DEFAULT_EXPLORE_RECIPES.get(model)
+    default = default_explore_recipe(tables, model)  # as the runs recorded it (solbench.stored_facts)
     return default if default in recipes else None
 
 

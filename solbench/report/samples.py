@@ -7,11 +7,12 @@ noise): one row per prompt, one column per eval seed. File names carry the step 
 shown, one figure per arm, each grid row labelled with its prompt.
 
 The row prompts come from the JSON the trainer writes beside each grid (``eval_step_<step>.json``:
-rows, columns, cell size). Grids without one (older runs) get them derived from the run's eval
-settings in runs.parquet, which fix them: the first ``p_eval.grid_prompts`` prompts of the first
-``p_eval.n_prompts`` of the set ``p_eval.prompts``, ``p_eval.seeds_per_prompt`` columns; the labels
-are left off when the image's size does not fit that layout (or the set cannot be loaded). This
-and the grids are the report inputs read from outside the collected parquet tables.
+rows, columns, cell size). Grids without one (older runs) get the prompts ``solbench collect`` recorded
+from the run's eval settings (``fact_eval_grid_prompts`` and ``fact_eval_grid_columns`` of runs.parquet,
+solbench.stored_facts: the first ``eval.grid_prompts`` prompts of the first ``eval.n_prompts`` of the eval
+set, ``eval.seeds_per_prompt`` columns); the labels are left off when the image's size does not fit that
+layout, or the collected tables lack them (the caption says which). This and the grids are the report
+inputs read from outside the collected parquet tables.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ import numpy as np
 
 from solbench.report.plotting import new_figure
 from solbench.report.registry import Figure, Note, report_kind
+from solbench.report.stored import missing
 from solbench.report.tables import Tables
+from solbench.stored_facts import SCHEMA_COLUMN, grid_prompts
 
 _STEP_RE = re.compile(r"(\d+)(?!.*\d)")
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -84,8 +87,8 @@ def _setting(run, column: str, default):
 def grid_layout(run, image_path: Path, shape: tuple[int, int]) -> tuple[list[str], int, int] | None:
     """(row prompt texts, rows, columns) of one eval grid, or None when they cannot be known for sure.
 
-    From the trainer's JSON beside the image, else derived from the run's eval settings (p_eval.*),
-    accepted only if the image splits into square cells of that many rows and columns.
+    From the trainer's JSON beside the image, else the grid prompts recorded with the run's facts
+    (fact_eval_grid_*), accepted only if the image splits into square cells of that many rows and columns.
     """
     height, width = shape
     meta_path = Path(image_path).with_suffix(".json")
@@ -98,25 +101,14 @@ def grid_layout(run, image_path: Path, shape: tuple[int, int]) -> tuple[list[str
             texts, columns = [], 0
         if texts and columns and height % len(texts) == 0 and width % columns == 0:
             return texts, len(texts), columns
-    from solbench.config import EvalConfig
-
-    defaults = EvalConfig()
-    prompt_set = _setting(run, "p_eval.prompts", None)
-    if prompt_set is None:
+    texts = grid_prompts(_setting(run, "fact_eval_grid_prompts", None))
+    columns = _setting(run, "fact_eval_grid_columns", None)
+    if not texts or not columns:
         return None
-    try:
-        from solbench.world.prompts import load_prompt_set
-
-        records = load_prompt_set(prompt_set)
-    except Exception:  # noqa: BLE001 - a set this machine cannot load: no labels, not a failed section
-        return None
-    n_prompts = _setting(run, "p_eval.n_prompts", None)
-    records = records[: int(n_prompts)] if n_prompts else records
-    rows = min(int(_setting(run, "p_eval.grid_prompts", defaults.grid_prompts)), len(records))
-    columns = int(_setting(run, "p_eval.seeds_per_prompt", defaults.seeds_per_prompt))
+    rows, columns = len(texts), int(columns)
     if rows < 1 or columns < 1 or height % rows or width % columns or height // rows != width // columns:
         return None
-    return [r.text for r in records[:rows]], rows, columns
+    return texts, rows, columns
 
 
 def _arm_figure(model: str, arm: str, run, files: dict[int, Path]) -> Figure:
@@ -144,12 +136,16 @@ def _arm_figure(model: str, arm: str, run, files: dict[int, Path]) -> Figure:
             if c == 0:
                 ax.set_yticks([(r + 0.5) * h / rows - 0.5 for r in range(rows)], labels, fontsize=7)
             ax.set_xticks([(k + 0.5) * w / columns - 0.5 for k in range(columns)],
-                          [f"seed {k}" for k in range(columns)], fontsize=6)
+                          [f"seed {k}" for k in range(columns)], fontsize=7)  # 7 pt: the smallest legible
             ax.tick_params(length=0)
     fig.suptitle(title, fontsize=9)
-    prompts = ("Rows are labelled with their eval prompts; columns within a grid are the eval seeds."
-               if layout else "The grid rows' prompts are unknown here (no grid metadata, and the run's eval "
-               "settings do not fit the image), so rows are unlabelled.")
+    if layout:
+        prompts = "Rows are labelled with their eval prompts; columns within a grid are the eval seeds."
+    elif _setting(run, SCHEMA_COLUMN, None) is None:
+        prompts = "Rows are unlabelled: the grid has no metadata. " + missing("the eval grid's prompts")
+    else:
+        prompts = ("The grid rows' prompts are unknown here (no grid metadata, and the run's eval settings do not fit "
+                   "the image), so rows are unlabelled.")
     return Figure(f"samples_{_slug(model)}_{_slug(arm)}", f"Eval samples, {model}: {arm}", fig, (
         f"{arm} (its lowest-seed done run, `{run['run_id']}`): the eval grid at the first evaluation (step 0: the "
         "base model) and at the last, for the same eval prompts and noise seeds, so any difference is the training. "

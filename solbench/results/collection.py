@@ -1,5 +1,7 @@
 """``collect``: merge the runs of one experiment folder into parquet tables (runs, metrics, timings,
-candidates) and a collect_report.json naming every corrupt line skipped (see solbench.results).
+candidates), with the facts the report needs from code (solbench.stored_facts: each run's on runs.parquet, the
+paper models' in paper_model_facts.parquet), and a collect_report.json naming every corrupt line skipped and the
+runs asked for (see solbench.results).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from solbench.results.facts import paper_model_facts, provenance_record, recorded_run_facts
 from solbench.results.storage import CorruptLine, _now, _raise_storage_error, atomic_write_bytes
 from solbench.results.store import TABLE_COLUMNS, RunStore
+from solbench.stored_facts import FACTS_SCHEMA, PAPER_MODEL_FACTS, PROVENANCE_TABLE, SCHEMA_COLUMN
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -91,6 +95,8 @@ def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = N
         if not isinstance(spec, dict):  # a damaged spec.json: the run is left out (and in ``damaged`` when done)
             continue
         store = RunStore(run_dir, run_dir.name)
+        scans = {table: store.scan(table) for table in TABLE_COLUMNS}
+        explores = any(r.get("precision") == "explore" for r in scans["timings"].rows)
         env = store.read_json("env.json") or {}
         status = store.read_status()
         method_cfg = spec.get("method_config", {})
@@ -115,9 +121,9 @@ def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = N
             "error": status.get("error"),
         }
         row.update({f"p_{key}": value for key, value in flatten(spec).items()})
+        row.update(recorded_run_facts(store, spec, explores))  # what the report needs from code (stored_facts)
         run_rows.append(row)
-        for table in TABLE_COLUMNS:
-            scan = store.scan(table)
+        for table, scan in scans.items():
             corrupt.extend(scan.corrupt)
             table_rows[table].extend(scan.rows)
 
@@ -129,6 +135,18 @@ def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = N
         if frame.empty:
             frame = pd.DataFrame(columns=list(columns))
         frames[table] = frame
+    from solbench.speed.collect import speed_table
+
+    speed = speed_table(experiment_dir)  # a spec's speed: block (solbench.speed), where one ran
+    if speed is not None:
+        frames["speed"] = speed
+    frames[PAPER_MODEL_FACTS] = paper_model_facts()  # the cost projection's inputs, as these results' own copy
+    experiment = next((str(r["experiment"]) for r in run_rows if r.get("experiment")), experiment_dir.name)
+    provenance, deviations = provenance_record(experiment)  # what the report's provenance section lists
+    if deviations is not None:
+        frames[PROVENANCE_TABLE] = deviations
+    elif (experiment_dir / f"{PROVENANCE_TABLE}.parquet").exists():
+        (experiment_dir / f"{PROVENANCE_TABLE}.parquet").unlink()
     for name, frame in frames.items():
         path = experiment_dir / f"{name}.parquet"
         _write_parquet(frame, path)
@@ -141,6 +159,10 @@ def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = N
         "tables": {name: {"path": str(path), "rows": rows} for name, (path, rows) in tables.items()},
         "corrupt_lines": [bad.to_dict() for bad in corrupt],
         "damaged_runs": [{"run_id": run_id, "problem": problem} for run_id, problem in damaged],
+        # the runs asked for (a spec's, when collected for one): the report names those it lacks from this
+        "spec_runs": sorted(wanted) if wanted is not None else None,
+        SCHEMA_COLUMN: FACTS_SCHEMA,
+        "provenance": provenance,  # the experiment's provenance table (solbench.results.facts.provenance_record)
     }
     atomic_write_bytes(experiment_dir / "collect_report.json", (json.dumps(report, indent=2) + "\n").encode())
     return CollectResult(experiment_dir, tables, corrupt, len(run_rows), damaged)

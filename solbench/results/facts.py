@@ -1,0 +1,142 @@
+"""The facts a report needs from code, computed where code may run: by a run when it starts (its facts.json) and by
+``solbench collect`` from a run's resolved config (spec.json) for runs that predate them; solbench.stored_facts
+names them and their schema.
+
+- ``run_facts(spec, explores=...)``: one run's facts (the quantized share of its explore forward, its recipe's
+  format, its model's default explore recipe, its eval grid's prompts); never raises: what cannot be computed
+  here is left empty and said in ``fact_notes``.
+- ``recorded_run_facts(store, spec, explores)``: a run's own facts.json at this schema, else ``run_facts``.
+- ``paper_model_facts()``: the paper models' facts (solbench.paper_models, committed as an asset) as the
+  table collect writes beside the runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from solbench.stored_facts import FACTS_SCHEMA, RUN_FACTS, SCHEMA_COLUMN
+
+FACTS_FILE = "facts.json"
+
+
+def run_facts(spec: dict, *, explores: bool) -> dict[str, Any]:
+    """The RUN_FACTS of one run from its resolved config (spec.json's mapping); ``explores``: whether the run
+    has an explore stage (only then is the share of its explore forward counted)."""
+    model = spec.get("model") or {}
+    quant = spec.get("quant") or {}
+    name = str(model.get("name") or "tiny")
+    recipe = quant.get("recipe")
+    notes: list[str] = []
+    facts: dict[str, Any] = {SCHEMA_COLUMN: FACTS_SCHEMA, **{column: None for column in RUN_FACTS}}
+
+    def attempt(what: str, compute):
+        try:
+            return compute()
+        except Exception as err:  # noqa: BLE001 - a fact this machine cannot compute is said, not fatal
+            notes.append(f"{what}: {type(err).__name__}: {err}")
+            return None
+
+    if recipe is None:
+        from solbench.config import QuantConfig
+
+        recipe = QuantConfig().recipe
+    recipe = str(recipe)
+    if explores:
+        facts["fact_quantized_share"] = attempt("quantized share", lambda: _quantized_share(name, recipe, model))
+    facts["fact_explore_format"] = attempt("explore format", lambda: _recipe_format(recipe))
+    from solbench.config import DEFAULT_EXPLORE_RECIPES
+
+    facts["fact_default_explore_recipe"] = DEFAULT_EXPLORE_RECIPES.get(name)
+    grid = attempt("eval grid prompts", lambda: _grid(spec.get("eval") or {}))
+    if grid is not None:
+        facts["fact_eval_grid_prompts"] = json.dumps(grid[0])
+        facts["fact_eval_grid_columns"] = grid[1]
+    facts["fact_notes"] = "; ".join(notes)
+    return facts
+
+
+def _quantized_share(model: str, recipe: str, settings: dict) -> float:
+    """solbench.quant.shares' share on TransformerEngine's backend (the hardware a projection prices), at the
+    run's resolution, weights and text length (a real model's prompts at model.text_max_length)."""
+    from solbench.quant.shares import precision_split, run_text_tokens
+
+    resolution, length = settings.get("resolution"), settings.get("text_max_length")
+    split = precision_split(model, recipe, resolution=int(resolution) if resolution else None,
+                            path=settings.get("path"), backend="te",
+                            text_tokens=run_text_tokens(model, int(length) if length else None))
+    return float(split.quantized_share)
+
+
+def _recipe_format(recipe: str) -> str:
+    if recipe == "none":  # the full-precision explore twin: nothing in low precision
+        return "none"
+    from solbench.quant import get_recipe
+
+    return str(get_recipe(recipe).format)
+
+
+def _grid(settings: dict) -> tuple[list[str], int] | None:
+    """(row prompt texts, columns) of the run's eval grid: the first ``grid_prompts`` of the first ``n_prompts``
+    prompts of the eval set, ``seeds_per_prompt`` columns (the rule of grids saved without their JSON)."""
+    from solbench.config import EvalConfig
+
+    defaults = EvalConfig()
+    if not settings.get("prompts"):
+        return None
+    from solbench.world.prompts import load_prompt_set
+
+    records = load_prompt_set(settings["prompts"])
+    if settings.get("n_prompts"):
+        records = records[: int(settings["n_prompts"])]
+    rows = min(int(settings.get("grid_prompts") or defaults.grid_prompts), len(records))
+    columns = int(settings.get("seeds_per_prompt") or defaults.seeds_per_prompt)
+    return [r.text for r in records[:rows]], columns
+
+
+def recorded_run_facts(store, spec: dict, explores: bool) -> dict[str, Any]:
+    """The facts the run recorded when it started (facts.json), when they are of this schema; else computed now
+    from its spec.json (a run that predates them, or an older schema)."""
+    own = store.read_json(FACTS_FILE)
+    if isinstance(own, dict) and own.get(SCHEMA_COLUMN) == FACTS_SCHEMA and set(RUN_FACTS) <= set(own):
+        return {SCHEMA_COLUMN: FACTS_SCHEMA, **{column: own[column] for column in RUN_FACTS}}
+    return run_facts(spec, explores=explores)
+
+
+def paper_model_facts():
+    """The paper models' facts table (pandas), from the committed asset solbench.paper_models writes."""
+    import pandas as pd
+
+    from solbench.paper_models import ASSET
+
+    data = json.loads(ASSET.read_text())
+    return pd.DataFrame(data["models"])
+
+
+PROVENANCE_COLUMNS = ["setting", "methods", "reference", "solbench", "reason", "source"]
+
+
+def _show(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def provenance_record(experiment: str):
+    """(summary, deviations table) of the experiment's provenance table (experiments/provenance/<name>.yaml,
+    solbench.provenance), which the report lists: summary {"table", "rows", "bullets"} (None: the experiment
+    has none; {"error"}: it does not load) and one row per deviation (None without a table)."""
+    import pandas as pd
+
+    from solbench.provenance import find_table, load_table
+
+    path = find_table(experiment)
+    if path is None:
+        return None, None
+    try:
+        table = load_table(path, None)
+    except Exception as err:  # noqa: BLE001 - a broken table is said in the report, not a failed collect
+        return {"table": path.name, "error": f"{type(err).__name__}: {err}"}, None
+    rows = [{"setting": r.setting, "methods": ", ".join(r.methods), "reference": _show(r.value),
+             "solbench": _show(r.solbench), "reason": r.deviation, "source": f"{r.ref} {r.file}: {r.at}"}
+            for r in table.deviations()]
+    summary = {"table": path.name, "rows": len(table.rows), "bullets": list(table.deviation_bullets())}
+    return summary, pd.DataFrame(rows, columns=PROVENANCE_COLUMNS)
