@@ -92,7 +92,30 @@ def add_reports_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_only_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", nargs="+", metavar="RUN_ID", default=None,
-                        help="restrict to these runs (run ids or unique prefixes, as `solbench expand` prints)")
+                        help="restrict to these runs (run ids or unique prefixes, as `solbench expand` prints; an "
+                             "empty or blank one is refused)")
+
+
+def add_max_runs_argument(parser: argparse.ArgumentParser) -> None:
+    from solbench.spec.resolver import MAX_RUNS
+
+    parser.add_argument("--max-runs", type=bounded_int(1, 2**63, "a number of runs"), default=MAX_RUNS, metavar="N",
+                        help=f"expand a spec of up to N runs (default {MAX_RUNS:,}: a larger matrix is refused "
+                             "before it is expanded, as a typo such as seed: [0, ..., 99999] would make one)")
+
+
+def load_spec_of(args):
+    """``load_spec(args.spec)`` within ``args.max_runs``, saying on stderr how far an expansion that takes more
+    than a few seconds has come."""
+    import sys
+
+    from solbench.spec import load_spec
+
+    def progress(resolved: int, total: int, seconds: float) -> None:
+        print(f"expanding {args.spec}: {resolved:,} of {total:,} combinations resolved ({seconds:.0f} s)",
+              file=sys.stderr, flush=True)
+
+    return load_spec(args.spec, max_runs=args.max_runs, progress=progress)
 
 
 def console() -> Console:
@@ -122,6 +145,9 @@ def filter_runs(spec, only):
 
     if not only:
         return spec.runs
+    from solbench.launch.plan import check_only
+
+    check_only(only)  # '' is a prefix of every id
     chosen = []
     for wanted in only:
         matches = [r for r in spec.runs if r.run_id.startswith(wanted)]

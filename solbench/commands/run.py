@@ -22,12 +22,12 @@ import os
 import time
 from pathlib import Path
 
-from solbench.commands._common import (add_only_argument, add_reports_argument, add_results_argument,
-                                       add_spec_argument, console, damaged_runs, experiment_dir, filter_runs,
-                                       print_damaged, print_notes, report_is_current, report_lock)
+from solbench.commands._common import (add_max_runs_argument, add_only_argument, add_reports_argument,
+                                       add_results_argument, add_spec_argument, console, damaged_runs, experiment_dir,
+                                       filter_runs, load_spec_of, print_damaged, print_notes, report_is_current,
+                                       report_lock)
 from solbench.launch import DEFAULT_RUN_FN, TERMINAL_STATES, WORKERS_ENV, launch_spec, run_states, wait_for_runs
 from solbench.progress import LiveDisplay
-from solbench.spec import load_spec
 
 HELP = "run every run of a spec that is not done (locally or on Slurm), then collect results and write the report"
 
@@ -44,6 +44,7 @@ def add_arguments(parser) -> None:
                         help="locally: runs at once, each in its own process on its share of the cores "
                              "('auto': one per core; 1: one after another in this process; default: the profile's)")
     add_only_argument(parser)
+    add_max_runs_argument(parser)
     parser.add_argument("--no-report", action="store_true", help="do not collect results nor write the report")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.add_argument("--run-fn", default=DEFAULT_RUN_FN, metavar="MODULE:FUNCTION",
@@ -65,7 +66,7 @@ def main(args) -> int:
     out = console()
     if args.workers is not None:
         os.environ[WORKERS_ENV] = str(args.workers)  # read by launch.local_workers, checked there
-    spec = load_spec(args.spec)
+    spec = load_spec_of(args)
     spec.check_files()
     main_rank = launch_rank() == 0  # under torchrun only rank 0 talks and reports
     if main_rank:
@@ -121,7 +122,8 @@ def main(args) -> int:
         # collect or report that was interrupted is finished by running the spec again.
         done = f"nothing to do: all {len(states)} runs of {spec.name} are done"
         new_fidelity = False
-        if getattr(spec, "fidelity", None) is not None and not args.no_report:  # e.g. after Slurm runs ended
+        if (getattr(spec, "fidelity", None) is not None or getattr(spec, "speed", None) is not None) \
+                and not args.no_report:  # e.g. after Slurm runs ended
             from solbench.fidelity import fidelity_run_ids
 
             before = set(fidelity_run_ids(experiment_dir(spec, args.results)))
@@ -185,15 +187,18 @@ def report_or_say_why(out, spec, args) -> bool:
 def run_fidelity_block(out, spec, args) -> list[str]:
     """The spec's ``fidelity:`` block (all-seeds ranking fidelity after training); a failure is reported,
     not fatal: the training results still get their report."""
-    if getattr(spec, "fidelity", None) is None:
-        return []
-    from solbench.fidelity import run_spec_block
+    from solbench.commands.speed import run_speed_block
 
-    try:
-        return run_spec_block(spec, args.results, force=args.force, echo=lambda m: out.print(m, markup=False))
-    except Exception as err:  # noqa: BLE001 - the report of the training runs must still be written
-        out.print(f"fidelity block failed: {type(err).__name__}: {err}", markup=False)
-        return []
+    ids: list[str] = []
+    if getattr(spec, "fidelity", None) is not None:
+        from solbench.fidelity import run_spec_block
+
+        try:
+            ids = run_spec_block(spec, args.results, force=args.force, echo=lambda m: out.print(m, markup=False))
+        except Exception as err:  # noqa: BLE001 - the report of the training runs must still be written
+            out.print(f"fidelity block failed: {type(err).__name__}: {err}", markup=False)
+    # then the speed: block, alone on the machine (solbench.speed); a round timed now is new to the report
+    return ids + (["speed block"] if run_speed_block(out, spec, args) else [])
 
 
 def finish_with_report(out, spec, args) -> Path | None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from solbench.commands._common import (add_only_argument, add_results_argument, add_spec_argument, console,
-                                       damaged_runs, filter_runs, print_corrupt_lines, print_damaged)
+from solbench.commands._common import (add_max_runs_argument, add_only_argument, add_results_argument,
+                                       add_spec_argument, console, damaged_runs, filter_runs, load_spec_of,
+                                       print_corrupt_lines, print_damaged)
 from solbench.launch import TERMINAL_STATES, read_launch, run_states
 from solbench.progress import Board, LiveDisplay, RunLine, label_of
 from solbench.results import RunStore
-from solbench.spec import load_spec
 
 HELP = "show the state of every run of a spec (done, failed, running, pending, interrupted, new)"
 
@@ -24,6 +24,7 @@ def add_arguments(parser) -> None:
     add_only_argument(parser)
     parser.add_argument("--watch", action="store_true", help="keep refreshing until every run has ended")
     parser.add_argument("--tracebacks", action="store_true", help="print the traceback of each failed run")
+    add_max_runs_argument(parser)
 
 
 def build_board(spec, runs, results) -> Board:
@@ -34,7 +35,7 @@ def build_board(spec, runs, results) -> Board:
 
 
 def main(args) -> int:
-    spec = load_spec(args.spec)
+    spec = load_spec_of(args)
     runs = filter_runs(spec, args.only)
     board = build_board(spec, runs, args.results)
     out = console()

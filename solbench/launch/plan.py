@@ -31,8 +31,18 @@ class LaunchPlan:
     states: dict[str, str]  # run_id -> state before launching
 
 
+def check_only(only: Sequence[str] | None) -> None:
+    """ConfigError for an empty or blank run id prefix: every id starts with '', so `--force --only ''` would
+    rerun every run of the spec."""
+    for wanted in only or ():
+        if not wanted.strip():
+            raise ConfigError(f"--only {wanted!r}: no run id (an empty prefix would select every run); give run "
+                              "ids or their first characters, as `solbench expand SPEC --format ids` prints them")
+
+
 def plan_runs(spec, results_root: Path, *, force: bool = False, only: Sequence[str] | None = None) -> LaunchPlan:
     """Decide which runs to launch: everything not done (and not alive), or everything with force."""
+    check_only(only)
     runs = [r for r in spec.runs if not only or r.run_id in only or any(r.run_id.startswith(o) for o in only)]
     run_dirs = {r.run_id: spec.run_dir(results_root, r.run_id) for r in runs}
     links = [problem for rid, run_dir in run_dirs.items() if (problem := RunStore(run_dir, rid).link_problem())]

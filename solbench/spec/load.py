@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,16 @@ from solbench.errors import ConfigError
 from solbench.spec.models import SpecModel, _format_validation_error
 from solbench.spec.plan import ExperimentSpec
 from solbench.spec.registries import Registries, _optional_registry
-from solbench.spec.resolver import _Resolver
+from solbench.spec.resolver import MAX_RUNS, _Resolver
 from solbench.spec.yaml_lines import _dotted, _nearest_line, load_yaml
 
 
-def load_spec(path: str | Path, *, registries: Registries | None = None) -> ExperimentSpec:
-    """Read, validate and expand a spec file. Raises ConfigError on any problem."""
+def load_spec(path: str | Path, *, registries: Registries | None = None, max_runs: int = MAX_RUNS,
+              progress: Callable[[int, int, float], None] | None = None) -> ExperimentSpec:
+    """Read, validate and expand a spec file. Raises ConfigError on any problem.
+
+    ``max_runs``: the combinations the matrix may form (``MAX_RUNS``; `--max-runs` lifts it on purpose);
+    ``progress(resolved, total, seconds)`` is called every few seconds of an expansion that takes longer."""
     path = Path(path)
     data, lines = load_yaml(path)
     _check_finite(data, (), str(path), lines)
@@ -32,7 +37,8 @@ def load_spec(path: str | Path, *, registries: Registries | None = None) -> Expe
     except ValidationError as err:
         raise _format_validation_error(err, str(path), lines, SpecModel) from None
     _check_report_options(model.report, path, lines)
-    resolver = _Resolver(model, str(path), lines, registries or Registries.discover())
+    resolver = _Resolver(model, str(path), lines, registries or Registries.discover(), max_runs=max_runs,
+                         progress=progress)
     return resolver.expand(path)
 
 

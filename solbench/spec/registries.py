@@ -72,3 +72,26 @@ def is_prompt_path(name: str) -> bool:
     """Prompt sets given as files (.txt/.jsonl paths): decoded at expansion where they are on this machine; one
     that is not is refused by `solbench expand` and `solbench run` (ExperimentSpec.missing_files) and at launch."""
     return name.endswith((".txt", ".jsonl")) or "/" in name and not name.startswith("shapes/")
+
+
+#: The prompt files the shipped real-model specs name, and the command that fetches each (docs/real-models.md,
+#: "Prompt sets": FlowGRPO's PickScore split).
+FETCH_COMMANDS = {
+    f"data/pickscore/{split}.txt": f"mkdir -p data/pickscore && curl -fL -o data/pickscore/{split}.txt "
+                                   f"https://raw.githubusercontent.com/yifan123/flow_grpo/main/dataset/pickscore/{split}.txt"
+    for split in ("train", "test")
+}
+
+
+def fetch_hint(name: str) -> str:
+    """How to get prompt file ``name``: the command that fetches it where it is one the shipped specs name, else
+    where the formats are described."""
+    command = FETCH_COMMANDS.get(name)
+    if command:
+        return f"fetch it with `{command}` (docs/real-models.md, 'Prompt sets')"
+    return "experiments/README.md, 'Prompt sets', says what a prompt file holds"
+
+
+#: The rewards that score only prompts of the shapes grammar (solbench.rewards.shapes: the detector parses each
+#: prompt): a prompt file a run scores with one of them is parsed at expansion, not in the run's worker.
+GRAMMAR_REWARDS = ("shapes_geneval", "shapes_geneval_strict")

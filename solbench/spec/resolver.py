@@ -19,8 +19,10 @@ import dataclasses
 import difflib
 import itertools
 import json
+import math
+import time
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +33,14 @@ from solbench.errors import ConfigError
 from solbench.spec.fidelity_block import check_fidelity_block
 from solbench.spec.models import _RESERVED_FIELDS, COUNT_LIMIT, SpecModel, _format_validation_error, _FullRun
 from solbench.spec.plan import ExperimentSpec, PlannedRun
-from solbench.spec.registries import Registries, is_prompt_path
+from solbench.spec.registries import GRAMMAR_REWARDS, Registries, fetch_hint, is_prompt_path
 from solbench.spec.yaml_lines import _dotted, _nearest_line
+
+#: Combinations a spec's matrix and include entries may form (before exclude): resolving one takes about a
+#: millisecond and a run table row, so this many take seconds; `--max-runs N` on expand, run and status lifts it.
+MAX_RUNS = 10_000
+#: Seconds an expansion runs before it reports its progress (and between two reports).
+PROGRESS_EVERY_S = 3.0
 
 # Run sections that merge key by key; every other field (e.g. the rewards dict) is replaced whole.
 _SECTIONS = tuple(name for name, hint in typing.get_type_hints(RunConfig).items() if dataclasses.is_dataclass(hint))
@@ -51,9 +59,12 @@ def _deep_merge(target: dict, overrides: Mapping) -> dict:
 class _Resolver:
     """Turns matrix combinations into validated RunConfigs for one spec."""
 
-    def __init__(self, model: SpecModel, source: str, lines: dict[tuple, int], registries: Registries):
+    def __init__(self, model: SpecModel, source: str, lines: dict[tuple, int], registries: Registries, *,
+                 max_runs: int = MAX_RUNS, progress: Callable[[int, int, float], None] | None = None):
         from solbench.method import get_method, method_names
 
+        self.max_runs = max_runs
+        self.progress = progress
         self.model = model
         self.source = source
         self.lines = lines
@@ -62,6 +73,7 @@ class _Resolver:
         self.method_names = method_names()
         self.notes: list[str] = []
         self.missing_files: list[str] = []  # prompt files of the runs that are not on this machine
+        self._prompt_files: dict[Any, tuple] = {}  # name (or (name, "grammar")) -> (records, problem or None)
         # Overrides as validated (so 1 and 1.0 hash alike); only the keys the user wrote.
         self.base = model.base.model_dump(exclude_unset=True)
         self.per_method = {name: ov.model_dump(exclude_unset=True) for name, ov in model.methods.items()}
@@ -142,6 +154,7 @@ class _Resolver:
             for method in (methods if isinstance(methods, list) else [methods]):
                 self._check_method_name(method, ("include", index, "method"))
         self._check_axes_used(matrix)
+        self._check_size(matrix)
 
         combos: list[tuple[dict, tuple]] = []
         if "method" in matrix:
@@ -163,7 +176,11 @@ class _Resolver:
 
         runs: dict[str, PlannedRun] = {}
         duplicates = 0
-        for combo, loc in combos:
+        started = said = time.monotonic()
+        for done, (combo, loc) in enumerate(combos):
+            if self.progress is not None and time.monotonic() - said >= PROGRESS_EVERY_S:
+                said = time.monotonic()
+                self.progress(done, len(combos), said - started)
             run = self.resolve(combo, loc)
             if run.run_id in runs:
                 duplicates += 1
@@ -175,11 +192,35 @@ class _Resolver:
         if not runs:
             raise self._error(("matrix",), "the spec expands to no runs (everything excluded?)")
         check_fidelity_block(model.fidelity, list(runs.values()), self.source, self.lines, self.registries)
+        from solbench.spec.speed_block import check_speed_block
+
+        check_speed_block(model.speed, list(runs.values()), self.source, self.lines)
         axis_keys = list(matrix) + [k for entry in model.include for k in entry if k not in matrix]
         return ExperimentSpec(name=model.name, path=path, description=model.description, launch=model.launch,
                               runs=list(runs.values()), sweep=model.sweep, axis_keys=list(dict.fromkeys(axis_keys)),
-                              notes=self.notes, _resolver=self, fidelity=model.fidelity,
+                              notes=self.notes, _resolver=self, fidelity=model.fidelity, speed=model.speed,
                               missing_files=self.missing_files)
+
+    def _check_size(self, matrix: dict[str, list]) -> None:
+        """The combinations the matrix and include entries form, counted before any is formed: past
+        ``max_runs`` one line naming the bound, the line and each axis's number of values."""
+        parts = []
+        if "method" in matrix:
+            parts.append((("matrix",), math.prod(len(v) for v in matrix.values()),
+                          " x ".join(f"{key} {len(values):,}" for key, values in matrix.items())))
+        for index, entry in enumerate(self.model.include):
+            pools = {k: (v if isinstance(v, list) else [v]) for k, v in entry.items()}
+            pools.update({k: v for k, v in matrix.items() if k not in entry})
+            parts.append((("include", index), math.prod(len(v) for v in pools.values()),
+                          " x ".join(f"{key} {len(values):,}" for key, values in pools.items())))
+        total = sum(count for _, count, _ in parts)
+        if total <= self.max_runs:
+            return
+        loc, count, sizes = max(parts, key=lambda part: part[1])
+        rest = "" if count == total else f", {total:,} with the rest of the spec"
+        raise self._error(loc, f"forms {count:,} combinations ({sizes} values){rest}, past the bound of "
+                               f"{self.max_runs:,} runs a spec expands to (before exclude); `--max-runs {total}` on "
+                               "expand, run and status lifts it")
 
     def _check_axes_used(self, matrix: dict[str, list]) -> None:
         """A method axis is dropped for methods that lack it; one that no listed method has would be
@@ -318,19 +359,18 @@ class _Resolver:
                 # refused by `solbench expand` and `solbench run` (ExperimentSpec.missing_files); the library
                 # expands the spec all the same (the real specs' data/pickscore files are downloaded apart)
                 missing = (f"{self._key_where(key, cfg.method, loc)}: {key}: prompt file {name!r} not found (a path "
-                           f"relative to the working directory, {Path.cwd()}; experiments/README.md, 'Prompt sets')")
+                           f"relative to the working directory, {Path.cwd()}); {fetch_hint(name)}")
                 if missing not in self.missing_files:
                     self.missing_files.append(missing)
             if is_prompt_path(name):
                 # a file: decoded now where it is on this machine (so that no run fails on it in its
-                # worker); one that is not here is looked for at launch (launch.preflight)
+                # worker), and parsed where a shapes reward scores it; one that is not here is looked for at
+                # launch (launch.preflight)
                 if reg.prompt_set_size is not None and Path(name).expanduser().is_file():
-                    from solbench.world.prompts import load_prompt_set
-
-                    try:
-                        load_prompt_set(name)
-                    except ConfigError as err:
-                        fail(key, str(err))
+                    scored = cfg.rewards if key == "train_prompts" else cfg.eval.rewards
+                    problem = self._prompt_file_problem(name, [r for r in scored if r in GRAMMAR_REWARDS])
+                    if problem:
+                        fail(key, problem)
                 continue
             if reg.prompt_set_exists is not None and not reg.prompt_set_exists(name):
                 fail(key, f"unknown prompt set {name!r} (embedded sets are named shapes/<split>; files end in "
@@ -423,6 +463,27 @@ class _Resolver:
             if n_micro % cfg.finetune.grad_accum:
                 fail("finetune.grad_accum", f"{cfg.finetune.grad_accum} does not divide the {n_micro} micro-batches "
                                             f"per iteration ({per_rank} samples / micro_batch_size {micro})")
+
+
+    def _prompt_file_problem(self, name: str, grammar_rewards: list[str]) -> str | None:
+        """Why prompt file ``name`` cannot serve a run that scores it with ``grammar_rewards`` (None when it
+        can): it does not decode, or one of its prompts is outside the shapes grammar those rewards parse.
+        Each file is read once however many runs name it."""
+        from solbench.world.prompts import load_prompt_set, outside_grammar
+
+        if name not in self._prompt_files:
+            try:
+                self._prompt_files[name] = (load_prompt_set(name), None)
+            except ConfigError as err:
+                self._prompt_files[name] = (None, str(err))
+        records, problem = self._prompt_files[name]
+        if problem or not grammar_rewards:
+            return problem
+        checked = (name, "grammar")
+        if checked not in self._prompt_files:
+            self._prompt_files[checked] = (None, outside_grammar(records, name))
+        problem = self._prompt_files[checked][1]
+        return problem and f"{problem}; the run scores it with {', '.join(grammar_rewards)}, which parse every prompt"
 
 
 def _is_run_path(key: str) -> bool:

@@ -3,6 +3,12 @@
 Floats like 3e-4 stay floats (YAML 1.1 would read a string), duplicate keys are errors and a syntax error
 is one line naming the file, line and column (``yaml_error``); ``_dotted``
 and ``_nearest_line`` turn a key path into the ``key.path`` and the file line that error messages name.
+
+A spec comes from anyone, so reading one is bounded before it can take the machine, each bound one line naming
+it and the line it was crossed at: the file's size (``MAX_SPEC_BYTES``, checked before it is read: PyYAML reads
+about 50 KiB a second), its nodes with every alias expanded (``MAX_SPEC_NODES``, counted by ``_SpecLoader`` as
+the nodes are built, so a "billion laughs" file of nine levels of ten aliases is refused at its tenth thousand
+nodes, not after building its billion) and its nesting (``MAX_SPEC_DEPTH``, before Python's recursion limit).
 """
 
 from __future__ import annotations
@@ -14,11 +20,67 @@ from typing import Any
 
 import yaml
 
+from solbench.bounded_text import decode_text, read_at_most
 from solbench.errors import ConfigError
 
 
+#: Bytes a spec (or launch profile, provenance table) file may have: the largest shipped one has 43 KiB.
+MAX_SPEC_BYTES = 128 * 1024
+#: YAML nodes a spec may hold with every alias expanded (what the schema, the checks and the line index walk);
+#: the largest shipped one has about 3,000.
+MAX_SPEC_NODES = 100_000
+#: Levels a spec may nest mappings and lists (the shipped ones nest 4).
+MAX_SPEC_DEPTH = 64
+
+
+class _BoundCrossed(Exception):
+    """A bound of ``_SpecLoader`` crossed at ``mark`` (turned into a ConfigError naming the file by load_yaml)."""
+
+    def __init__(self, mark, message: str):
+        super().__init__(message)
+        self.mark, self.message = mark, message
+
+
 class _SpecLoader(yaml.SafeLoader):
-    """SafeLoader that reads 1e-4 as a float (YAML 1.1 wants 1.0e-4) and refuses duplicate keys."""
+    """SafeLoader that reads 1e-4 as a float (YAML 1.1 wants 1.0e-4) and refuses duplicate keys, and counts the
+    nodes of the document as it builds them with every alias expanded (an alias costs the nodes of what it
+    names): past MAX_SPEC_NODES, nested past MAX_SPEC_DEPTH or an alias inside what it names is refused where
+    it is met (``_BoundCrossed``)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._expanded = 0  # nodes composed so far, every alias counted as the nodes it names
+        self._depth = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> its nodes with aliases expanded, once composed
+
+    def compose_node(self, parent, index):
+        mark = self.peek_event().start_mark
+        if self.check_event(yaml.AliasEvent):
+            anchor = self.peek_event().anchor
+            node = super().compose_node(parent, index)
+            size = self._sizes.get(id(node))
+            if size is None:  # its anchor's node is still being composed: the alias is inside it
+                raise _BoundCrossed(mark, f"alias *{anchor} is inside the node &{anchor} names (a recursive "
+                                          "alias): it expands without end")
+            self._count(size, mark)
+            return node
+        self._depth += 1
+        if self._depth > MAX_SPEC_DEPTH:
+            raise _BoundCrossed(mark, f"nested more than {MAX_SPEC_DEPTH} levels deep (the bound on a spec's "
+                                      "nesting; the shipped specs nest 4)")
+        before = self._expanded
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        self._count(1, mark)
+        self._sizes[id(node)] = self._expanded - before
+        return node
+
+    def _count(self, nodes: int, mark) -> None:
+        self._expanded += nodes
+        if self._expanded > MAX_SPEC_NODES:
+            raise _BoundCrossed(mark, f"more than {MAX_SPEC_NODES:,} YAML nodes with its aliases expanded (the "
+                                      "bound on a spec's size; the shipped specs have a few thousand): an alias "
+                                      "here names too much (nested aliases multiply)")
 
 
 _SpecLoader.yaml_implicit_resolvers = {
@@ -56,16 +118,26 @@ def load_yaml(path: str | Path) -> tuple[dict, dict[tuple, int]]:
     """(data, {key path: line}) of a YAML mapping file; ConfigError on syntax errors or duplicates."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = read_at_most(path, MAX_SPEC_BYTES)  # whatever the file is (a FIFO, /dev/zero)
     except OSError as err:
         raise ConfigError(f"cannot read spec {path}: {err.strerror}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: more than {MAX_SPEC_BYTES // 1024} KiB, the bound on a spec file's size "
+                          "(the largest shipped YAML file has 43 KiB)")
+    try:
+        text = decode_text(raw)  # newlines read as read_text reads them
     except UnicodeDecodeError as err:
         raise ConfigError(non_utf8(path, err)) from None
+    loader = _SpecLoader(text)
     try:
-        node = yaml.compose(text, Loader=_SpecLoader)
-        data = yaml.load(text, Loader=_SpecLoader)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as err:
         raise ConfigError(yaml_error(path, err)) from None
+    except _BoundCrossed as err:
+        raise ConfigError(f"{path}:{err.mark.line + 1}: {err.message}") from None
+    finally:
+        loader.dispose()
     lines: dict[tuple, int] = {}
     if node is not None:
         _index_lines(node, (), lines, str(path))
@@ -74,13 +146,7 @@ def load_yaml(path: str | Path) -> tuple[dict, dict[tuple, int]]:
     return data, lines
 
 
-def non_utf8(path: str | Path, err: UnicodeDecodeError) -> str:
-    """One line for a spec file that is not UTF-8 text: ``file:line: not UTF-8 text (byte 0x.. at column ..)``."""
-    before = err.object[:err.start]
-    line = before.count(b"\n") + 1
-    column = err.start - (before.rfind(b"\n") + 1) + 1
-    return (f"{path}:{line}: not UTF-8 text (byte {err.object[err.start:err.start + 1].hex()} at column {column}); "
-            "save the spec as UTF-8")
+from solbench.spec_text import non_utf8  # noqa: E402,F401  (a leaf module: the report shares it)
 
 
 def yaml_error(path: str | Path, err: yaml.YAMLError) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from solbench.bounded_text import clip, clip_repr, decode_text, read_at_most
 from solbench.errors import ConfigError
 
 SPLIT_VERSION = 1  # bump when the split rule or the grammar changes (the files record it)
@@ -113,12 +114,20 @@ def grammar_draw(seed: int, per_skill: int = 8) -> list[PromptRecord]:
     return records
 
 
+#: Bytes a prompt file may have (the PickScore train split has about 2 MB): read whole, so bounded before.
+MAX_PROMPT_FILE_BYTES = 64 * 1024 * 1024
+
+
 def _read_lines(path: Path) -> list[str]:
     """The lines of a UTF-8 file, split on \\n, \\r\\n or \\r only (as iterating over an open file does;
-    str.splitlines would also split a prompt at U+2028, U+0085, form feeds, ...)."""
+    str.splitlines would also split a prompt at U+2028, U+0085, form feeds, ...). At most MAX_PROMPT_FILE_BYTES:
+    one line naming the bound past it (read that far only, whatever the file is)."""
+    raw = read_at_most(path, MAX_PROMPT_FILE_BYTES)
+    if raw is None:
+        raise ConfigError(f"{path}: more than {MAX_PROMPT_FILE_BYTES // 2**20} MiB, the bound on a prompt file's size "
+                          "(the PickScore train split has about 2 MB)")
     try:
-        with open(path, encoding="utf-8-sig", newline=None) as handle:
-            return handle.read().split("\n")
+        return decode_text(raw, "utf-8-sig").split("\n")
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text ({err}); prompt files must be UTF-8") from None
 
@@ -132,12 +141,13 @@ def _read_jsonl(path: Path) -> list[PromptRecord]:
             obj = json.loads(line)
             text = obj["text"]
         except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise ConfigError(f"{path}:{lineno}: expected a JSON object with a 'text' field ({err})") from None
+            raise ConfigError(f"{path}:{lineno}: expected a JSON object with a 'text' field "
+                              f"({clip(type(err).__name__ + ': ' + str(err))})") from None
         if not isinstance(text, str) or not text.strip():
-            raise ConfigError(f"{path}:{lineno}: 'text' must be a non-empty string, got {text!r}")
+            raise ConfigError(f"{path}:{lineno}: 'text' must be a non-empty string, got {clip_repr(text)}")
         skill = obj.get("skill")
         if skill is not None and not isinstance(skill, str):
-            raise ConfigError(f"{path}:{lineno}: 'skill' must be a string (or absent), got {skill!r}")
+            raise ConfigError(f"{path}:{lineno}: 'skill' must be a string (or absent), got {clip_repr(skill)}")
         records.append(PromptRecord(str(obj.get("id", f"{path.stem}-{lineno - 1:05d}")), text, skill))
     return records
 
@@ -146,7 +156,7 @@ def _check_unique_ids(path: Path, records: list[PromptRecord]) -> list[PromptRec
     seen: dict[str, int] = {}
     for index, record in enumerate(records):
         if record.id in seen:
-            raise ConfigError(f"{path}: prompt id {record.id!r} is used by records {seen[record.id] + 1} and "
+            raise ConfigError(f"{path}: prompt id {clip_repr(record.id)} is used by records {seen[record.id] + 1} and "
                               f"{index + 1}; ids must be unique (noise seeds and result rows are keyed on them)")
         seen[record.id] = index
     return records
@@ -166,7 +176,7 @@ def load_prompt_set(name_or_path: str | Path) -> list[PromptRecord]:
     path = Path(name).expanduser()
     if not path.is_file():
         raise ConfigError(
-            f"prompt set {name!r} is neither a named set (shapes/train, shapes/eval, shapes/heldout, "
+            f"prompt set {clip_repr(name)} is neither a named set (shapes/train, shapes/eval, shapes/heldout, "
             f"{DRAW_PREFIX}<SEED>) nor a file"
         )
     if path.suffix == ".jsonl":
@@ -175,3 +185,19 @@ def load_prompt_set(name_or_path: str | Path) -> list[PromptRecord]:
         lines = [ln.strip() for ln in _read_lines(path) if ln.strip()]
         return [PromptRecord(f"{path.stem}-{i:05d}", text) for i, text in enumerate(lines)]
     raise ConfigError(f"prompt file {path} must end in .txt (one prompt per line) or .jsonl")
+
+
+def outside_grammar(records: list[PromptRecord], source: str | Path) -> str | None:
+    """Why a prompt set cannot be scored by the shapes world's rewards (None when it can): the first of its
+    prompts that the grammar does not parse (solbench.world.grammar.parse_prompt), by its id, clipped."""
+    from solbench.world.grammar import PromptParseError, parse_prompt
+
+    for record in records:
+        try:
+            parse_prompt(record.text)
+        except PromptParseError:
+            return (f"{source}: prompt {clip_repr(record.id, 40)} ({clip_repr(record.text, 80)}) is not in the "
+                    "shapes grammar ('a <colour> <shape>', '<two|three|four> <colour> <shape>s', 'a <colour> "
+                    "<shape> and a <colour> <shape>', 'a <colour> <shape> <left of|right of|above|below> a <colour> "
+                    "<shape>')")
+    return None
