@@ -482,10 +482,10 @@ def test_trials_run_in_parallel_on_slurm_and_a_pruned_job_is_cancelled(tmp_path,
     trials = result.study.trials
     assert [(t.params["n"], t.state.name) for t in trials] == [(16, "COMPLETE"), (8, "COMPLETE"), (4, "PRUNED")]
     assert [t.value for t in trials[:2]] == pytest.approx([quality(16, 2), quality(8, 2)])
-    jobs = [t.user_attrs["job_id"] for t in trials]
+    jobs = [t.user_attrs["job_ids"][0] for t in trials]
     # the first two went out together as one job array, the third as its own job
     assert jobs[0].split("_")[0] == jobs[1].split("_")[0] != jobs[2].split("_")[0]
-    assert any("submitted 2 trial run(s)" in e for e in events)
+    assert any("submitted 2 run(s) of 2 cell(s)" in e for e in events)
     pruned = RunStore(spec.run_dir(results, trials[2].user_attrs["run_id"]), trials[2].user_attrs["run_id"])
     status = pruned.read_status()
     assert status["state"] == "failed" and status["pruned"] is True
