@@ -18,6 +18,13 @@ from solbench.report.registry import _REGISTRY
 FAST = ReportOptions(n_boot=100)
 
 
+def pages(index: Path) -> str:
+    """The report's pages in reading order: the index, then the findings and every other section in full (the
+    index links them; solbench/report/pages.py)."""
+    return "\n".join((index.parent / name).read_text() for name in ("index.md", "findings.md", "details.md")
+                     if (index.parent / name).is_file())
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     root = tmp_path_factory.mktemp("w")
@@ -36,7 +43,8 @@ def test_report_files_and_header(report):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     assert f"sha256:{digest.hexdigest()[:16]}" in text
     assert "`1234567890ab`" in text  # the runs' git SHA
-    # every section of the issue, in order, each titled after the paper table it mirrors
+    # every section of the issue, in order, each titled after the paper table it mirrors (on the pages it links)
+    text = pages(index)
     titles = [k.title for k in kinds()]
     positions = [text.index(f"## {i}. {t}") for i, t in enumerate(titles, 1)]
     assert positions == sorted(positions)
@@ -44,7 +52,7 @@ def test_report_files_and_header(report):
                  "convergence_tiny.csv", "convergence_tiny_chart.png", "ranking_fidelity.csv",
                  "ranking_fidelity_chart.png", "cost_projection_b200.csv", "samples_tiny_sol_rl.png"):
         assert (folder / name).is_file(), name
-        assert f"({name})" in text  # linked from the index
+        assert f"({name})" in text  # linked from the pages
     # CSVs hold the tidy numbers
     csv = pd.read_csv(folder / "main_results_tiny.csv")
     assert {"arm", "metric", "mean", "ci_lo", "ci_hi", "n_seeds", "delta_mean"} <= set(csv.columns)
@@ -71,7 +79,9 @@ def test_html_has_the_same_content_with_embedded_figures(report):
     assert len(images) == index.read_text().count("![")
     assert base64.b64decode(images[0])[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<table>" in page and "<h2" in page
-    assert "Table 1 (main results)" in page and "naive BF16 scaling" in page
+    details = (index.parent / "details.html").read_text()
+    assert "Table 1 (main results)" in details and "naive BF16 scaling" in details
+    assert len(re.findall(r'src="data:image/png;base64,', details)) == (index.parent / "details.md").read_text().count("![")
 
 
 def test_rewriting_replaces_the_folder(report, tmp_path):
@@ -81,7 +91,7 @@ def test_rewriting_replaces_the_folder(report, tmp_path):
     again = write_report("fx_main", root / "results", root / "reports",
                          options=ReportOptions(n_boot=50, kinds=("main_results",)), strict=True)
     assert again == index and not stale.exists()
-    assert "## 1. Main results (Table 1)" in again.read_text() and "## 2." not in again.read_text()
+    assert "## 1. Main results (Table 1)" in pages(again) and "## 2." not in pages(again)
 
 
 def test_mixed_code_versions_warn(tmp_path):
@@ -105,7 +115,7 @@ def test_a_failing_plugin_is_reported_unless_strict(report, tmp_path):
 
     try:
         opts = ReportOptions(n_boot=50, kinds=("main_results", "zz_broken_for_test"))
-        text = write_report("fx_main", root / "results", tmp_path, options=opts).read_text()
+        text = pages(write_report("fx_main", root / "results", tmp_path, options=opts))
         assert "This section failed to render: RuntimeError: boom" in text
         with pytest.raises(RuntimeError, match="boom"):
             write_report("fx_main", root / "results", tmp_path, options=opts, strict=True)
@@ -159,7 +169,7 @@ def test_cli_writes_the_report_from_a_spec(tmp_path, capsys):
     assert rc == 0
     index = tmp_path / "reports" / "fx_cli" / "index.md"
     assert str(index) in capsys.readouterr().out
-    text = index.read_text()
+    text = pages(index)
     assert "Convergence speedup vs Sol-RL" in text  # the spec's report option was used
     assert main(["report", "no_such_experiment", "--results", str(tmp_path / "results")]) == 2
     assert "no results for experiment" in capsys.readouterr().err
@@ -198,7 +208,7 @@ def test_smoke_spec_run_collect_report(tmp_path):
 
     rc = main(["run", str(SMOKE), "--results", str(tmp_path / "results"), "--reports", str(tmp_path / "reports")])
     index = tmp_path / "reports" / "smoke" / "index.md"
-    text = index.read_text()
+    text = pages(index)
     assert rc == 0, text
     assert "runs are not done" not in text
     main_results = pd.read_csv(index.parent / "main_results_tiny.csv")

@@ -9,6 +9,9 @@
   backend (solbench/report/explore.py);
 - warnings: the spec's runs that were not collected, corrupt lines, mixed code versions, uncommitted code, runs
   that are not done.
+
+The index opens with ``index_header`` (at most five lines: title, data hash, runs and code, links, each warning's
+one-line summary); everything above goes to the report's provenance page (``provenance_lines``).
 """
 
 from __future__ import annotations
@@ -68,36 +71,76 @@ def model_lines(tables: Tables) -> list[tuple[str, str]]:
     return rows
 
 
-def header_lines(tables: Tables, results_dir: Path, missing: list[str]) -> list[str]:
-    runs = tables.runs
-    status = runs["status"].value_counts()
-    status_text = ", ".join(f"{int(v)} {k}" for k, v in status.items())
+def _code_text(tables: Tables) -> str:
     shas = tables.git_shas()
     code = ", ".join(f"`{s[:12]}`" for s in shas) if shas else "unknown"
-    if "dirty" in runs and runs["dirty"].fillna(False).astype(bool).any():
+    if "dirty" in tables.runs and tables.runs["dirty"].fillna(False).astype(bool).any():
         code += " (some runs with uncommitted changes)"
+    return code
+
+
+def _runs_text(tables: Tables) -> str:
+    status = tables.runs["status"].value_counts()
+    return f"{len(tables.runs)} ({', '.join(f'{int(v)} {k}' for k, v in status.items())})"
+
+
+def warnings_of(tables: Tables, missing: list[str]) -> list[str]:
+    """Every warning of the report: what the collected tables lack, then mixed or uncommitted code and runs not done."""
+    return list(missing) + tables.provenance_warnings()
+
+
+def warning_summary(warning: str) -> str:
+    """A warning in one line: its first line, and the items listed under it joined with '; '."""
+    first, *rest = [line.strip() for line in warning.split("\n") if line.strip()]
+    items = "; ".join(line.lstrip("- ").strip() for line in rest)
+    return f"{first} {items}" if items else first
+
+
+def index_header(tables: Tables, results_dir: Path, missing: list[str]) -> list[str]:
+    """The report's head in at most five lines: title, where the numbers come from (data hash, runs, code), links to
+    the provenance, glossary and arms pages, and each warning's one-line summary."""
+    lines = [f"# solbench report: `{tables.experiment}`", "",
+             f"From `{results_dir}` alone (solbench {solbench.__version__}): runs {_runs_text(tables)}, data "
+             f"`sha256:{tables.data_hash[:16]}`, code {_code_text(tables)}; layout of the Sol-RL paper (arXiv "
+             "2604.06916). [Provenance](provenance.md) · [arms and their settings](arms.md) · [glossary](glossary.md)",
+             ""]
+    warnings = warnings_of(tables, missing)
+    if warnings:
+        lines += [" ".join(f"> **Warning.** {warning_summary(w)}" if i == 0
+                           else f"**Warning.** {warning_summary(w)}" for i, w in enumerate(warnings)) + " ([details](provenance.md#warnings))", ""]
+    return lines
+
+
+def provenance_lines(tables: Tables, results_dir: Path, missing: list[str]) -> list[str]:
+    """The provenance page: the data hash, the runs' git SHAs, run counts, models and explore copies, methods,
+    devices, and every warning in full."""
     arms = ", ".join(tables.arm_order())
     devices = ", ".join(sorted(tables.device_kinds())) or "not recorded"
     lines = [
-        f"# solbench report: `{tables.experiment}`",
+        f"# Provenance: `{tables.experiment}`",
         "",
-        f"Regenerated from the collected tables in `{results_dir}` alone by `solbench report` "
-        f"(solbench {solbench.__version__}). Layout follows the Sol-RL paper (arXiv 2604.06916): each "
-        "caption names the paper table it mirrors. Intervals are 95% unless stated; *n seeds* is the number "
+        f"[Back to the report](index.md). Regenerated from the collected tables in `{results_dir}` alone by "
+        f"`solbench report` (solbench {solbench.__version__}). Layout follows the Sol-RL paper (arXiv 2604.06916): "
+        "each caption names the paper table it mirrors. Intervals are 95% unless stated; *n seeds* is the number "
         "of independent runs behind a number.",
         "",
         "| | |",
         "|---|---|",
         f"| data hash | `sha256:{tables.data_hash[:16]}` (sha256 over the collected parquet files) |",
-        f"| code (git SHA of the runs) | {code} |",
-        f"| runs | {len(runs)} ({status_text}) |",
+        f"| code (git SHA of the runs) | {_code_text(tables)} |",
+        f"| runs | {_runs_text(tables)} |",
         f"| models | {', '.join(tables.models())} |",
         *[f"| {title} | {cell} |" for title, cell in model_lines(tables)],
         f"| methods | {arms} |",
         f"| devices | {devices} |",
         "",
+        "## Warnings",
+        "",
     ]
-    for warning in missing + tables.provenance_warnings():
+    warnings = warnings_of(tables, missing)
+    if not warnings:
+        lines += ["None: every run is done, from one committed code version, and every collected row was read.", ""]
+    for warning in warnings:
         first, *rest = warning.split("\n")
         lines += [f"> **Warning.** {first}"] + (["> "] + [f"> {line}" for line in rest] if rest else []) + [""]
     return lines
