@@ -67,7 +67,7 @@ def test_the_header_names_the_weights_width_and_explore_copy(tmp_path):
         extra_runs=[fid], candidates=cand, options=OPTS)
     index = write_report(tables.results_dir, tables.results_dir.parent, tmp_path / "reports",
                          options=ReportOptions(n_boot=100, kinds=("findings",)))
-    head = index.read_text().split("## Contents")[0]
+    head = (index.parent / "provenance.md").read_text()  # the full header, linked from the index's first lines
     assert "width 256" in head and "7,151,104 transformer parameters" in head
     assert f"sha256 `{sha}`" in head and "`tiny_t2i.safetensors`" in head
     assert ("NVFP4 (nvfp4_tiny_flux), 99.5 % of the linear MACs in low precision (41 of 48 Linears), emulated "

@@ -199,7 +199,7 @@ def test_the_report_draws_every_new_output_and_the_headline_arm_in_a_strong_colo
     assert all(min(to_rgb(s["color"])) < 0.85 for s in styles.values())  # nothing near white
     index = write_report(paper.results_dir, results_root=paper.results_dir.parent, reports_root=tmp_path,
                          options=OPTS, strict=True)
-    text = index.read_text()
+    text = "\n".join((index.parent / page).read_text() for page in ("index.md", "findings.md", "details.md"))
     for section in ("Findings", "Reward hacking", "Long horizon", "Paired differences per run seed",
                     "Measured under contention"):
         assert section in text, section
