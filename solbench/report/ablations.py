@@ -22,7 +22,7 @@ import pandas as pd
 from solbench.report.findings_common import axis_arms, main_arm
 from solbench.report.main_results import final_and_base, table_step
 from solbench.report.paired import PROMPTS_ONLY_NOTE, fmt_paired, paired_difference
-from solbench.report.plotting import new_figure
+from solbench.report.plotting import SEED_POINTS_UP_TO, method_colour, new_figure, seed_points
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import fmt_ci, mean_ci
 from solbench.report.tables import HORIZON, Tables, _fmt_setting, _hashable, method_display
@@ -161,16 +161,22 @@ def _ablation_figure(tables: Tables, model: str, method: str, name: str, runs: p
                 (p.ci.mean, p.ci.lo, p.ci.hi) if p is not None else (np.nan, np.nan, np.nan))
             rows.append(dict(axis=_axis_label(axis), value=_fmt_setting(v), arm=arm, delta=mean, lo=lo, hi=hi,
                              default=arm == default_arm, covers=p.ci.covers if p is not None else "",
-                             step=p.step if p is not None else np.nan))
-        r = pd.DataFrame(rows, columns=["axis", "value", "arm", "delta", "lo", "hi", "default", "covers", "step"])
+                             step=p.step if p is not None else np.nan,
+                             per_seed=list(p.ci.per_seed) if p is not None else []))
+        r = pd.DataFrame(rows, columns=["axis", "value", "arm", "delta", "lo", "hi", "default", "covers", "step",
+                                        "per_seed"])
         x = np.arange(len(r))
         err = np.vstack([(r["delta"] - r["lo"]).fillna(0).clip(lower=0), (r["hi"] - r["delta"]).fillna(0).clip(lower=0)])
         numeric = all(_is_num(v) for v in arms)
         ax.axhline(0.0, color="black", linewidth=0.8, linestyle=":")
-        ax.errorbar(x, r["delta"], yerr=err, marker="none", capsize=3, color="#d62728", linestyle="-" if numeric else "none")
+        colour = method_colour(method)
+        ax.errorbar(x, r["delta"], yerr=err, marker="none", capsize=3, color=colour, linestyle="-" if numeric else "none")
         prompts_only = r["covers"].astype(str).str.startswith("eval prompts only").to_numpy()
-        ax.plot(x[~prompts_only], r["delta"][~prompts_only], "o", color="#d62728")  # crossed interval: filled
-        ax.plot(x[prompts_only], r["delta"][prompts_only], "o", markerfacecolor="white", color="#d62728")
+        ax.plot(x[~prompts_only], r["delta"][~prompts_only], "o", color=colour)  # crossed interval: filled
+        ax.plot(x[prompts_only], r["delta"][prompts_only], "o", markerfacecolor="white", color=colour)
+        for xi, seeds in zip(x, r["per_seed"]):  # each run seed's own paired difference, where the seeds are few
+            if 0 < len(seeds) <= SEED_POINTS_UP_TO:
+                seed_points(ax, [xi - 0.12] * len(seeds), seeds, colour)
         for xi, (delta, is_default) in enumerate(zip(r["delta"], r["default"])):
             # beside the point, right of its error bar, never on it
             ax.annotate("default" if is_default else f"{delta:+.3f}", (xi, delta), textcoords="offset points",
@@ -193,8 +199,9 @@ def _ablation_figure(tables: Tables, model: str, method: str, name: str, runs: p
         f"Paired difference in `{metric}` of each setting from the default arm ({default_arm}) at the last evaluation "
         "both reached (equal iterations), the other method settings held at their most common value (named under each "
         "axis), as in the paper's one-at-a-time Tables 2 and 3; bars: the interval of the table's Δ column, so the "
-        "chart and the verdicts rest on the same comparison. " + _covers_caption(pd.concat(plotted, ignore_index=True))),
-        data=pd.concat(plotted, ignore_index=True))
+        f"chart and the verdicts rest on the same comparison; dots left of a point: each run seed's own paired "
+        f"difference where there are {SEED_POINTS_UP_TO} seeds or fewer. " + _covers_caption(pd.concat(plotted, ignore_index=True))),
+        data=pd.concat(plotted, ignore_index=True).drop(columns="per_seed"))
 
 
 def _covers_caption(data: pd.DataFrame) -> str:
@@ -224,7 +231,8 @@ def _find(columns, names) -> str | None:
 
 @report_kind("sweep_heatmap", title="Sweep (N x K heat map)", order=65)
 def sweep_heatmap(tables: Tables):
-    """Optuna sweep results on an N x K heat map with the best trial marked."""
+    """The sweep's cells on an N x K heat map: each cell's mean over its run seeds and eval prompts with its
+    interval, the best set boxed."""
     trials = tables.trials
     if trials is None or trials.empty:
         return Note("Sweep", "No sweep in these results (results/<experiment>/sweep/ holds no trials).")
@@ -235,59 +243,60 @@ def sweep_heatmap(tables: Tables):
                                                          "datetime_complete", "duration", "run_id")]
         return Table("sweep_trials", "Sweep trials", trials, f"Sweep parameters {params} have no N and K axes to map; "
                      "the trials are listed instead.")
+    from solbench.report.plotting import SMALL, style_axes
+    from solbench.report.sweep_cells import best_set_line, sweep_cells
+
     maximize = tables.trials_direction != "minimize"
-    best = trials.loc[trials["value"].idxmax() if maximize else trials["value"].idxmin()]
-    cells = trials.groupby([n_col, k_col])["value"].agg(["mean", "count", "max" if maximize else "min"]).reset_index()
-    cells.columns = ["n", "k", "mean", "trials", "best"]
+    set_cells, info = sweep_cells(tables)
+    cells = set_cells.rename(columns={n_col: "n", k_col: "k"})
+    value = "mean" if maximize else "value"
     ns, ks = _sort_values(cells["n"].unique()), _sort_values(cells["k"].unique())
     grid = np.full((len(ks), len(ns)), np.nan)
     for _, c in cells.iterrows():
-        grid[ks.index(c["k"]), ns.index(c["n"])] = c["mean"]
-    fig = new_figure(1.6 + 1.0 * len(ns), 1.4 + 0.75 * len(ks))
+        grid[ks.index(c["k"]), ns.index(c["n"])] = c[value]
+    fig = new_figure(1.9 + 1.25 * len(ns), 1.5 + 0.8 * len(ks))
     ax = fig.subplots()
     im = ax.imshow(np.ma.masked_invalid(grid), origin="lower", cmap="viridis" if maximize else "viridis_r", aspect="auto")
     finite = grid[np.isfinite(grid)]
     mid = (finite.min() + finite.max()) / 2 if finite.size else 0
-    for (i, j), v in np.ndenumerate(grid):
-        if math.isfinite(v):
-            count = int(cells[(cells["n"] == ns[j]) & (cells["k"] == ks[i])]["trials"].iloc[0])
-            ax.text(j, i, f"{v:.3f}\n({count})", ha="center", va="center", fontsize=7,
-                    color="white" if (v < mid) == maximize else "black")
-    from solbench.report.sweep_cells import best_set_line, sweep_cells
-
-    set_cells, info = sweep_cells(tables)
-    chosen = set_cells[set_cells["in_best_set"]] if "in_best_set" in set_cells else set_cells.iloc[0:0]
-    for _, c in chosen.iterrows():  # every cell within noise of the top gets a box; a star only on a separable best
-        if c.get(n_col) in ns and c.get(k_col) in ks:
-            ax.add_patch(_rect(ns.index(c[n_col]), ks.index(c[k_col])))
-    bi, bj = ks.index(best[k_col]), ns.index(best[n_col])
-    if info.get("decided"):
-        ax.plot([bj], [bi + 0.32], marker="*", markersize=11, color="red")
+    for _, c in cells.iterrows():
+        i, j = ks.index(c["k"]), ns.index(c["n"])
+        v = c[value]
+        band = f"\n[{c['lo']:.3f}, {c['hi']:.3f}]" if math.isfinite(c.get("lo", math.nan)) else ""
+        ax.text(j, i, f"{v:.3f}{band}\n{int(c['runs'])} runs", ha="center", va="center", fontsize=SMALL,
+                color="white" if (v < mid) == maximize else "black")
+        if c["in_best_set"]:  # every cell within noise of the top gets a box; a star only on a separable best
+            ax.add_patch(_rect(j, i))
+            if info.get("decided"):
+                ax.plot([j], [i + 0.38], marker="*", markersize=10, color="red")
     ax.set_xticks(range(len(ns)), [_fmt_setting(v) for v in ns])  # 16, never "16.0"
     ax.set_yticks(range(len(ks)), [_fmt_setting(v) for v in ks])
-    ax.set_xlabel("candidates N")
-    ax.set_ylabel("kept K")
-    fig.colorbar(im, ax=ax, label="objective (mean of trials)")
-    number = f"#{int(best['number'])} " if "number" in best and pd.notna(best.get("number")) else ""
-    n_best, k_best = _fmt_setting(best[n_col]), _fmt_setting(best[k_col])
-    ax.set_title((f"best: trial {number}N={n_best}, K={k_best}: {best['value']:.4f}" if info.get("decided") else
-                  f"{len(chosen)} of {len(set_cells)} cells within noise of the top (boxed)" if info.get("intervals") else
-                  f"top trial {number}N={n_best}, K={k_best}: {best['value']:.4f}, no interval (not judged)"),
-                 fontsize=9)
+    style_axes(ax, "candidates N", "kept K")
+    ax.grid(False)
+    fig.colorbar(im, ax=ax, label=f"final {info.get('metric', 'objective')} (cell mean)" if maximize else
+                 "objective (cell mean)")
+    chosen = cells[cells["in_best_set"]]
+    ax.set_title(f"best: {chosen['label'].iloc[0]}" if info.get("decided") else
+                 f"{len(chosen)} of {len(cells)} cells within noise of the top (boxed)" if info.get("intervals") else
+                 "no interval: the top is not judged", fontsize=9)
+    data = cells[["n", "k", value, "lo", "hi", "runs", "trials", "in_best_set"]].rename(columns={value: "mean"}) \
+        if "lo" in cells else cells
     top = trials.sort_values("value", ascending=not maximize).head(10)
-    keep = [c for c in ["number", n_col, k_col, "value"] if c in top]
+    keep = [c for c in ["number", n_col, k_col, "value", "seed_values"] if c in top]
     top_display = top[keep].reset_index(drop=True).astype(object)
-    for col in keep[:-1]:
+    for col in keep[1:3]:
         if pd.api.types.is_numeric_dtype(top[col]) and (top[col].dropna() % 1 == 0).all():
             top_display[col] = top[col].map(lambda v: str(int(v)) if pd.notna(v) else "-").values
     return [
         Figure("sweep_heatmap", "Sweep: objective on the N x K grid", fig, (
-            f"Optuna sweep ({len(trials)} completed trials, direction {tables.trials_direction}). Cell: mean objective "
-            "of the trials at that (N, K), trial count in parentheses; empty cells were not sampled. Boxes: the best set "
-            "(cells not separable from the top by their intervals; section 'Sweep: intervals, best set'); a star only "
-            f"when one cell is separable from all others. {best_set_line(set_cells, info)}."), data=cells),
+            f"Optuna sweep ({len(trials)} completed trials, direction {tables.trials_direction}). Cell: the mean over "
+            f"its runs (run seeds) and eval prompts with its {tables.options.ci_level:.0%} crossed interval (run "
+            "seeds crossed with eval prompts), its run count below; empty cells were not sampled. Boxes: the best "
+            "set (cells not below the top by Holm-adjusted paired tests; section 'Sweep: intervals, best set'); a "
+            f"star only when one cell is separable from all others. {best_set_line(set_cells, info)}."), data=data),
         Table("sweep_top_trials", "Sweep: best trials", top[keep].reset_index(drop=True),
-              f"The {len(top)} best completed trials by objective ({tables.trials_direction}).", display=top_display),
+              f"The {len(top)} best completed trials by objective ({tables.trials_direction}); a trial's value is the "
+              "mean of its run seeds' values (seed_values).", display=top_display),
     ]
 
 

@@ -133,7 +133,7 @@ def answer_sentence(cells: pd.DataFrame, info: dict, found: list[dict], iteratio
         best = f"At {iterations}, the best cell is {shown}, above every other cell at Holm-adjusted {level:.0%}"
     else:
         best = (f"At {iterations}, no single (N, K) is best: the top cell {shown} cannot be told from "
-                f"{len(chosen) - 1} other cell(s) ({', '.join(chosen['label'].iloc[1:])}) at Holm-adjusted {level:.0%}")
+                f"{len(chosen) - 1} other cell(s) ({'; '.join(chosen['label'].iloc[1:])}) at Holm-adjusted {level:.0%}")
     if not found:
         return best + f"; {TABLE3} cannot be read from this grid (no K with two N)."
     return best + f"; {TABLE3}: " + "; ".join(_trend_text(t) for t in found) + "."
@@ -144,8 +144,10 @@ def answer_outputs(tables: Tables, cells: pd.DataFrame, info: dict) -> list:
     if info.get("why") == "minimised objective" or "in_best_set" not in cells or not cells["lo"].notna().any():
         return []
     iterations = "the sweep's budget"
-    if "iterations" in tables.runs and tables.runs["iterations"].nunique() == 1:
-        iterations = f"{int(tables.runs['iterations'].iloc[0])} iterations"
+    for column in ("iterations", "p_iterations"):
+        if column in tables.runs and tables.runs[column].nunique() == 1:
+            iterations = f"{int(tables.runs[column].iloc[0])} iterations"
+            break
     found = trends(cells, info)
     outputs: list = [Note("Sweep: the answer", answer_sentence(cells, info, found, iterations))]
     front = cells.assign(front=front_mask(cells["mean"], cells["time_s"]))
