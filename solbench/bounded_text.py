@@ -29,6 +29,14 @@ def clip_repr(value: Any, limit: int = CLIP_CHARS) -> str:
     return f"{text[:limit]!r}... ({len(text):,} characters)"
 
 
+def clip_end(value: Any, limit: int = CLIP_CHARS) -> str:
+    """As ``clip``, keeping the last ``limit`` characters (a traceback's end says what failed)."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"({len(text):,} characters; the last {limit:,}:) ...{text[-limit:]}"
+
+
 def read_at_most(path: str | Path, limit: int) -> bytes | None:
     """The bytes of ``path``, or None when it has more than ``limit`` (read ``limit`` + 1 of them at most, a
     megabyte at a time). OSError as ``open`` raises it."""

@@ -308,7 +308,8 @@ def run(settings: FidelitySettings, results_root: str | Path = "results", *, for
     """Run (or reuse, when done and not ``force``) one fidelity run; returns (spec, run folder)."""
     from solbench.results import RunStore, capture_env
 
-    checkpoint = load_checkpoint(settings.checkpoint) if settings.checkpoint else None
+    given = [key for key, value in (("eval.prompts", settings.prompts), ("model.path", settings.model_path)) if value]
+    checkpoint = load_checkpoint(settings.checkpoint, given=given) if settings.checkpoint else None
     for note in checkpoint.notes if checkpoint is not None else ():
         echo(note)
     spec = resolve(settings, checkpoint)

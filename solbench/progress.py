@@ -126,7 +126,7 @@ class Board:
             if progress:
                 line.step = progress.get("step")
                 line.iterations = progress.get("iterations") or line.iterations
-                line.phase = progress.get("phase", "")
+                line.phase = str(progress.get("phase", ""))[:40]  # progress.json may hold anything: a phase name is short
                 reward = reward_of(progress.get("info", {}))
                 line.reward = reward if reward is not None else line.reward
             line.error = (status.get("error") or "").splitlines()[0][:80] if status.get("error") else ""

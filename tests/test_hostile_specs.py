@@ -10,10 +10,6 @@ below 1 GiB; the subprocess has a wall-clock timeout as a safety net only (no te
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,33 +17,9 @@ import pytest
 from solbench.cli import main as cli
 from solbench.spec import load_spec
 
-REPO = Path(__file__).resolve().parents[1]
-LIMIT = 2 * 2**30  # the address space the commands run in
-PEAK_MB = 1024  # what a case may reach (the interpreter with torch imported takes about 350 MB)
+from _bounded_cli import REPO, bounded, one_line
+
 SMOKE = REPO / "experiments" / "smoke.yaml"
-
-
-def bounded(tmp_path: Path, *cases: list[str] | dict) -> list[dict]:
-    """Run ``solbench ARGV`` for each case (an argv list, or {"argv": ..., "cwd": ...}) under LIMIT; the
-    answers of tests/_bounded_cli.py. Every case's peak memory is held under PEAK_MB."""
-    cases_file = tmp_path / "cases.json"
-    cases_file.write_text(json.dumps([c if isinstance(c, dict) else {"argv": c} for c in cases]))
-    env = {**os.environ, "SOLBENCH_WORKERS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "_bounded_cli.py"), str(LIMIT), str(cases_file)],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    answers = json.loads(done.stdout.splitlines()[-1])
-    for case, answer in zip(cases, answers):
-        assert answer["maxrss_mb"] < PEAK_MB, (case, answer)
-    return answers
-
-
-def one_line(answer: dict, command: str) -> str:
-    """The one error line of a refused command (exit status 2, nothing else on stderr, no traceback)."""
-    assert answer["rc"] == 2, answer
-    lines = [line for line in answer["stderr"].splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"solbench {command}: error: "), answer["stderr"][-2000:]
-    return lines[0]
 
 
 def billion_laughs(path: Path) -> Path:

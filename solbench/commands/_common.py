@@ -17,6 +17,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from solbench.bounded_text import clip, clip_repr
+
 
 
 def check_environment() -> None:
@@ -209,7 +211,8 @@ def print_corrupt_lines(out: Console, corrupt, spec_arg: str = "SPEC", limit: in
     out.print(header.format(n=len(corrupt)) + "; their rows are left out of the collected tables and the report:",
               markup=False)
     for bad in corrupt[:limit]:
-        out.print(f"  {bad['path']}:{bad['line_number']}: {bad['error']}: {bad['text'][:60]!r}", markup=False)
+        out.print(f"  {bad['path']}:{bad['line_number']}: {clip(bad['error'])}: {clip_repr(bad['text'], 60)}",
+                  markup=False)
     if len(corrupt) > limit:
         out.print(f"  ... and {len(corrupt) - limit} more", markup=False)
     for hint in repair_hints(corrupt, spec_arg):

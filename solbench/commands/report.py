@@ -12,6 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
+from solbench.bounded_text import clip
 from solbench.commands._common import (add_reports_argument, add_results_argument, console, print_corrupt_lines,
                                        report_lock)
 
@@ -61,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
     out = console()
     results_dir = Path(results_dir)
     for warning in completeness_warnings(args.spec, results_dir, _collected_run_ids(results_dir)):
-        out.print(f"warning: {warning}", markup=False)
+        out.print(f"warning: {clip(warning, 1000)}", markup=False)  # it may quote what the results hold
     spec_arg = args.spec if Path(args.spec).suffix in (".yaml", ".yml") else "SPEC"
     print_corrupt_lines(out, _collected_corrupt_lines(results_dir), spec_arg)
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from solbench.bounded_text import clip, clip_end
 from solbench.commands._common import (add_max_runs_argument, add_only_argument, add_results_argument,
                                        add_spec_argument, console, damaged_runs, filter_runs, load_spec_of,
                                        print_corrupt_lines, print_damaged)
@@ -55,11 +56,11 @@ def main(args) -> int:
     print_corrupt_lines(out, [bad for run_id, run_dir in run_dirs.items()
                               for bad in RunStore(run_dir, run_id).corrupt_lines()], args.spec)
     print_damaged(out, damaged_runs(run_dirs), args.spec)
-    if args.tracebacks:
+    if args.tracebacks:  # what status.json holds, bounded: a results folder from elsewhere may hold anything
         for run_id, (state, status) in states.items():
             if state == "failed":
-                out.print(f"--- {run_id} ({status.get('error', '')})", markup=False)
-                out.print(status.get("traceback", "(no traceback recorded)"), markup=False)
+                out.print(f"--- {run_id} ({clip(status.get('error', ''), 1000)})", markup=False)
+                out.print(clip_end(status.get("traceback", "(no traceback recorded)"), 20_000), markup=False)
     return 0
 
 

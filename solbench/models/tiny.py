@@ -24,7 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from solbench.batch_invariance import invariant_batch
-from solbench.errors import MissingWeightsError
+from solbench.bounded_text import clip
+from solbench.errors import ConfigError, MissingWeightsError
 from solbench.models.base import shifted_sigmas
 
 ASSET_NAME = "tiny_t2i"
@@ -74,7 +75,14 @@ class TinyT2IConfig:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TinyT2IConfig":
+    def from_dict(cls, data: dict, source: str | Path = "tiny model config") -> "TinyT2IConfig":
+        """The config of ``data`` (a tiny_t2i.json), checked against solbench.models.tiny_bounds before anything
+        is built: ConfigError naming ``source``, what is out of bounds and the parameters it would build."""
+        from solbench.models.tiny_bounds import config_problem
+
+        problem = config_problem(data, asdict(cls()))
+        if problem:
+            raise ConfigError(f"{source}: {problem}")
         known = {f for f in cls.__dataclass_fields__}
         kwargs = {k: v for k, v in data.items() if k in known}
         if "axes_dims_rope" in kwargs:
@@ -261,7 +269,18 @@ def tiny_weights_folder_problem(folder: str | Path) -> str | None:
     missing = [n for n in (f"{ASSET_NAME}.safetensors", f"{ASSET_NAME}.json") if not (folder / n).is_file()]
     if missing:
         return f"{folder} lacks {' and '.join(missing)} (written by `scripts/pretrain_tiny.py --out {folder}`)"
-    return None
+    return _config_problem(folder / f"{ASSET_NAME}.json")
+
+
+def _config_problem(path: Path) -> str | None:
+    """Why the tiny_t2i.json at ``path`` is not a config within solbench.models.tiny_bounds (None when it is)."""
+    from solbench.models.tiny_bounds import config_problem, read_config
+
+    data, unreadable = read_config(path)
+    if unreadable:
+        return unreadable
+    problem = config_problem(data, asdict(TinyT2IConfig()))
+    return problem and f"{path}: {problem}"
 
 
 def load_tiny(pretrained: bool = True, device: str | torch.device = "cpu", folder: str | Path | None = None) -> TinyT2I:
@@ -290,15 +309,27 @@ def load_tiny(pretrained: bool = True, device: str | torch.device = "cpu", folde
                 f"the tiny model's weights are missing ({weights} / {config.name}); they ship with the "
                 f"package: reinstall solbench, or recreate them with `python scripts/pretrain_tiny.py`."
             )
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    cfg = TinyT2IConfig.from_dict(json.loads(config.read_text()))
+    from solbench.models.tiny_bounds import read_config
+
+    data, unreadable = read_config(config)
+    if unreadable:
+        raise ConfigError(f"tiny model weights: {unreadable}")
+    cfg = TinyT2IConfig.from_dict(data, config)  # within bounds before anything is allocated
     with torch.random.fork_rng(devices=[]):
         model = TinyT2I(cfg)
-    missing, unexpected = model.load_state_dict(load_file(str(weights)), strict=False)
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise MissingWeightsError(f"{weights} is no safetensors weights file ({clip(err, 120)}); recreate it with "
+                                  "`python scripts/pretrain_tiny.py --out FOLDER`") from None
+    missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise MissingWeightsError(
-            f"{weights} does not match TinyT2I: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}; "
+            f"{weights} does not match TinyT2I: missing keys {clip(missing[:5])}, unexpected keys "
+            f"{clip(unexpected[:5])}; "
             f"recreate it with `python scripts/pretrain_tiny.py`."
         )
     return model.to(device).eval()
