@@ -18,6 +18,8 @@ from solbench.report import findings as _findings  # noqa: E402,F401  isort: ski
 from solbench.report import main_results as _main_results  # noqa: E402,F401  isort: skip
 from solbench.report import timing as _timing  # noqa: E402,F401  isort: skip
 from solbench.report import cpu_check as _cpu_check  # noqa: E402,F401  isort: skip
+from solbench.report import speed_block as _speed_block  # noqa: E402,F401  isort: skip
+from solbench.report import run_timing as _run_timing  # noqa: E402,F401  isort: skip
 from solbench.report import hacking as _hacking  # noqa: E402,F401  isort: skip
 from solbench.report import dose as _dose  # noqa: E402,F401  isort: skip
 from solbench.report import curves as _curves  # noqa: E402,F401  isort: skip

@@ -63,17 +63,18 @@ def per_run_medians(tables: Tables) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
     return med, phase_med, fallback
 
 
-#: Other programs' busy cores (on a run's own cores, mean over its training phases) above which its
+#: Other programs' busy cores (on a run's own cores, the 90th percentile of its iterations: run_load) above which its
 #: timings are flagged as measured under contention.
 CONTENTION = 0.25
 
 
 def run_load(tables: Tables) -> pd.DataFrame:
-    """Per done run: ``load``, the seconds-weighted mean over its training phases of how many of its cores
-    other programs kept busy (timings.load), and ``load_max`` (its busiest iteration); empty when no row
-    recorded a load."""
+    """Per done run: ``load``, the 90th percentile over its training iterations of how many of its cores other
+    programs kept busy (timings.load, seconds-weighted within an iteration): the busiest part of the run, which a
+    median or mean hides when other work ran beside a part of it; ``load_mean`` (seconds-weighted over the run)
+    and ``load_max`` (its busiest iteration); empty when no row recorded a load."""
     t = tables.timings
-    cols = ["run_id", "load", "load_max"]
+    cols = ["run_id", "load", "load_mean", "load_max"]
     if "load" not in t:
         return pd.DataFrame(columns=cols)
     t = t[t["run_id"].isin(tables.done_runs["run_id"]) & ~t["phase"].isin(EVAL_PHASES)].copy()
@@ -85,9 +86,14 @@ def run_load(tables: Tables) -> pd.DataFrame:
     t["busy"] = t["load"] * t["seconds"]
     per_iter = t.groupby(["run_id", "step"])[["busy", "seconds"]].sum()
     per_iter["load"] = per_iter["busy"] / per_iter["seconds"]
-    runs = per_iter.groupby("run_id").agg(busy=("busy", "sum"), seconds=("seconds", "sum"), load_max=("load", "max"))
-    runs["load"] = runs["busy"] / runs["seconds"]
+    runs = per_iter.groupby("run_id").agg(busy=("busy", "sum"), seconds=("seconds", "sum"), load_max=("load", "max"),
+                                          load=("load", lambda v: float(np.quantile(v, LOAD_QUANTILE))))
+    runs["load_mean"] = runs["busy"] / runs["seconds"]
     return runs.reset_index()[cols]
+
+
+#: The part of a run its load check reads: the 90th percentile of its iterations' loads (issue 53)
+LOAD_QUANTILE = 0.9
 
 
 def contention_note(tables: Tables, loads: pd.DataFrame) -> Note:
@@ -99,9 +105,10 @@ def contention_note(tables: Tables, loads: pd.DataFrame) -> Note:
     busy = loads[loads["load"] > CONTENTION].sort_values("load", ascending=False)
     if busy.empty:
         return Note("Load", f"No run was timed under contention: other programs kept at most "
-                    f"{loads['load'].max():.2f} of a run's cores busy on average (flag above {CONTENTION}).")
+                    f"{loads['load'].max():.2f} of a run's cores busy in its busiest tenth of iterations (90th "
+                    f"percentile; flag above {CONTENTION}).")
     lines = [f"- `{r.run_id}` ({info.loc[r.run_id, 'arm']}, seed {info.loc[r.run_id, 'seed']}): other programs kept "
-             f"{r.load:.2f} of its cores busy on average (busiest iteration {r.load_max:.2f})" for r in busy.itertuples()]
+             f"{r.load:.2f} of its cores busy at its 90th percentile iteration (busiest {r.load_max:.2f})" for r in busy.itertuples()]
     return Note("Measured under contention", (
         f"{len(busy)} of {len(loads)} runs were timed while other programs kept more than {CONTENTION} of their cores "
         "busy; their seconds (and any speedup built on them) are slower than the same work on quiet cores, so they "

@@ -242,6 +242,37 @@ class FidelityBlock(BaseModel):
     batch_seeds: Optional[int] = Field(default=None, ge=1)
 
 
+class SpeedArm(BaseModel):
+    """One arm of a ``speed:`` block as a mapping: a method's main run (solbench.fidelity_plan.arm_runs) with
+    settings changed by dotted key, e.g. ``{name: sol_rl_fp_preview, method: sol_rl, set: {quant.recipe: none}}``."""
+
+    model_config = _STRICT
+    name: str = Field(pattern=NAME_PATTERN)
+    method: str
+    iterations: Optional[int] = Field(default=None, ge=1)  # the method's arm that ran this many (default: its main)
+    set: dict[str, Any] = Field(default_factory=dict)  # dotted RunConfig keys -> values (quant.recipe: none)
+
+
+class SpeedBlock(BaseModel):
+    """A spec's ``speed:`` block: Table 5 timed after training, every arm from the same model state, alone on the
+    machine, R rounds of M iterations, the arms interleaved and their order rotated each round (solbench.speed)."""
+
+    model_config = _STRICT
+    # methods of the spec (their main run's config) or SpeedArm mappings; the first is the baseline of the ratios
+    arms: list[Union[str, SpeedArm]] = Field(default_factory=lambda: ["naive_scaling", "sol_rl", "naive_fp4"],
+                                            min_length=2)
+    rounds: int = Field(default=5, ge=2)  # R: paired ratios per arm (2+ for an interval)
+    iterations: int = Field(default=2, ge=1)  # M: timed iterations per arm and round (their median is the round's)
+    warmup: int = Field(default=1, ge=0)  # untimed iterations per arm before its first round in a process
+    checkpoint: str = "base"  # base, or a method of the spec: its main run's final policy in every arm
+    sampling: list[Literal["eager", "compiled"]] = Field(default_factory=lambda: ["eager"], min_length=1)
+    load_bound: float = Field(default=0.25, ge=0)  # other programs' busy cores above which a round is repeated
+    repeats: int = Field(default=3, ge=0)  # repeats of one round before the block gives up for a quiet machine
+    wait_s: float = Field(default=600.0, ge=0)  # how long to wait for other solbench work to free the cores
+    target: Optional[float] = Field(default=None, gt=0)  # declared E2E ratio for power (default: the paper's)
+    target_rollout: Optional[float] = Field(default=None, gt=0)  # declared rollout ratio (default: the paper's)
+
+
 class SpecModel(BaseModel):
     model_config = _STRICT
     name: str = Field(pattern=NAME_PATTERN)
@@ -255,6 +286,7 @@ class SpecModel(BaseModel):
     sweep: Optional[SweepModel] = None
     report: dict[str, Any] = Field(default_factory=dict)  # options of solbench.report (ReportOptions)
     fidelity: Optional[FidelityBlock] = None  # all-seeds ranking fidelity measured after training
+    speed: Optional[SpeedBlock] = None  # Table 5 timed alone after training (solbench.speed)
 
     @field_validator("matrix")
     @classmethod

@@ -1,0 +1,9 @@
+"""Table 5 from a controlled speed measurement: a spec's ``speed:`` block (solbench.spec.models.SpeedBlock).
+
+After training (``solbench run``) or alone (``solbench speed SPEC``), every arm of the block is timed from the same
+model state, R rounds of M iterations per arm, the arms interleaved and their order rotated each round, one arm at
+a time with no other solbench work on the machine, each at its own threads, after a warm-up; a round whose load
+(other programs' busy cores) passes the bound is repeated. Modules: ``arms`` (which configs), ``iteration`` (one
+real training iteration of an arm, timed per phase), ``block`` (rounds, rotation, the load repeat, resume, the
+rows), ``collect`` (speed.parquet), ``stats`` (paired ratios over rounds, for the report).
+"""
