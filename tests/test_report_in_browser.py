@@ -31,7 +31,8 @@ MEASURE = """(async () => {
     .slice(0, 5).map(e => e.tagName + ': ' + (e.textContent || '').slice(0, 80));
   const hrefs = [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href'));
   return {
-    images: [...document.images].map(i => ({alt: i.alt, natural: i.naturalWidth, shown: i.getBoundingClientRect().width})),
+    images: [...document.images].map(i => ({alt: i.alt, natural: i.naturalWidth,
+                                             shown: i.getBoundingClientRect().width})),
     scrollWidth: document.documentElement.scrollWidth, clientWidth: width, outside,
     missingAnchors: hrefs.filter(h => h.startsWith('#') && !document.getElementById(decodeURIComponent(h.slice(1)))),
     relative: hrefs.filter(h => !h.startsWith('#') && !/^[a-z][a-z0-9+.-]*:/i.test(h)),

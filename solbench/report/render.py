@@ -67,9 +67,9 @@ def markdown_table(frame: pd.DataFrame) -> str:
     """A pipe table (GitHub / Python-Markdown 'tables' syntax) of the frame's cells, header included."""
     if frame.empty:
         return "*(empty)*"
-    lines = ["| " + " | ".join(cell(str(c)) for c in frame.columns) + " |", "|" + "|".join("---" for _ in frame.columns) + "|"]
-    for row in frame.itertuples(index=False):
-        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
+    lines = ["| " + " | ".join(cell(str(c)) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    for _, row in frame.iterrows():  # (a row as a Series: an all-number row's ints print as its floats do)
+        lines.append("| " + " | ".join(cell(v) for v in row.tolist()) + " |")
     return "\n".join(lines)
 
 
