@@ -437,7 +437,9 @@ def test_the_shipped_sweep_spec_runs_a_trial_through_the_real_trainer(tmp_path):
     assert set(data["sweep"]["params"]) == {"n", "k"}
     data["base"]["iterations"] = 1
     data["base"]["eval"]["every"] = 1
+    data["base"]["eval"]["n_prompts"] = 4
     data["sweep"]["params"] = {"n": {"choices": [4]}, "k": {"choices": [2]}}
+    data["sweep"]["seeds_per_cell"] = 1
     path = tmp_path / "sweep_nk.yaml"
     path.write_text(yaml.safe_dump(data))
     spec = load_spec(path)

@@ -142,6 +142,7 @@ def test_the_shipped_pareto_spec_runs_through_the_real_trainer(tmp_path):
     data["base"]["iterations"] = 1
     data["base"]["eval"]["every"] = 1
     data["base"]["eval"]["n_prompts"] = 4
+    data["sweep"]["seeds_per_cell"] = 1
     data["sweep"]["params"] = {"n": {"choices": [4, 8]}, "explore_steps": {"choices": [2]}}
     path = tmp_path / "sweep_pareto.yaml"
     path.write_text(yaml.safe_dump(data))
