@@ -117,7 +117,7 @@ def _clip(text: str, limit: int = CELL_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def primary_table(findings: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
+def primary_table(findings: pd.DataFrame) -> pd.DataFrame:
     """The primary claims in five columns (claim, measured [95 %], verdict, mde, what would decide it), each cell
     under 120 characters; the reward a claim is judged on is named with its figure."""
     from solbench.report.findings import PRIMARY
@@ -229,7 +229,7 @@ def answer_lines(findings: pd.DataFrame | None, labels: dict[str, str], clock: s
                   "done).", ""]
         return lines
     lines += [f"- {speed_answer(findings, labels, clock)}", f"- {quality_answer(findings, labels)}", ""]
-    table = primary_table(findings, labels)
+    table = primary_table(findings)
     if not table.empty:
         lines += ["### Primary claims", "", markdown_table(table), "",
                   "*Named in the code before any result was read, each judged on the training reward by the verdict "

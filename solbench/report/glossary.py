@@ -78,7 +78,7 @@ TERMS: tuple[Term, ...] = (
     Term("†", "dagger", r"†",
          "Marks an interval that covers the eval prompts only: its arm has fewer than 3 run seeds, so the "
          "seed-to-seed variance is not estimated."),
-    Term("units", "units", r"\bunits\b",
+    Term("units", "units", r"\bover \d+ units\b|\bthe units whose\b",
          "The independent replicates an interval is computed over (run seeds, or run seeds crossed with eval "
          "prompts). 'No spread over 3 units' means the replicates agreed exactly: there is no interval."),
     Term("Δ", "delta", r"Δ",

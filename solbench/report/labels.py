@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from solbench.report.tables import HORIZON, Tables, _checkpoint_label, _fmt_setting, _hashable, _short_setting
+from solbench.report.findings_common import EXPLORING_METHODS
+from solbench.report.tables import (HORIZON, Tables, _checkpoint_label, _fmt_setting, _hashable, _short_setting,
+                                    same_method)
 
 _BACKEND = "p_quant.backend"
+_EXPLORE_COPY = ("p_quant.recipe", _BACKEND)
 
 
 def _part(column: str, value) -> str:
@@ -92,6 +95,8 @@ def arm_settings(tables: Tables) -> pd.DataFrame:
                 row.setdefault("checkpoint", _checkpoint_label(first, runs) if measured else "-")
                 continue
             value = _hashable(first[c]) if c in mine else None
+            if c in _EXPLORE_COPY and not (measured or any(same_method(first["method"], m) for m in EXPLORING_METHODS)):
+                value = None  # a method that samples in full precision only records a recipe it never uses
             row[_short_setting(c)] = "-" if value is None else _fmt_setting(value)
         row["full label"] = arm
         rows.append(row)

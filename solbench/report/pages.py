@@ -53,8 +53,35 @@ def _section_lines(sections, out_dir: Path, used: set[str], keep) -> tuple[list[
         if not outputs:
             body += ["Nothing to show for these results.", ""]
         for out in outputs:
-            body += render_output(out, out_dir, used)
+            if kind.name == "findings" and isinstance(out, Table) and out.name == "findings":
+                body += _narrow_findings(out, out_dir, used)
+            else:
+                body += render_output(out, out_dir, used)
     return contents, body
+
+
+#: the findings table's columns that stay in the table; the others are listed under it, one entry per claim
+FINDINGS_TABLE_COLUMNS = ("primary", "claim", "reward", "measured", "interval", "verdict", "overall")
+
+
+def _narrow_findings(table: Table, out_dir: Path, used: set[str]) -> list[str]:
+    """The findings table with its short columns only, then each claim's other cells (paper figure, what the
+    interval covers, rule, power, other rewards, recipe, details) as a list: no table line runs to thousands of
+    characters. The CSV keeps every column."""
+    from solbench.report.render import neutral, render_output
+
+    display = table.display if table.display is not None else table.data
+    keep = [c for c in display.columns if any(str(c).endswith(k) or str(c) == k for k in FINDINGS_TABLE_COLUMNS)]
+    rest = [c for c in display.columns if c not in keep]
+    narrow = Table(table.name, table.title, table.data, table.caption, display=display[keep])
+    lines = render_output(narrow, out_dir, used)
+    if rest:
+        lines += ["### Each claim in full", ""]
+        for _, row in display.iterrows():
+            cells = "; ".join(f"{c}: {neutral(row[c])}" for c in rest if str(row[c]).strip() not in ("", "-"))
+            lines.append(f"- **{neutral(row['claim'])}** ({neutral(row.get('reward', '-'))}): {cells}")
+        lines.append("")
+    return lines
 
 
 def _paper_tables(tables: Tables, sections, labels: dict[str, str]) -> list[str]:
