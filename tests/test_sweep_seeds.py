@@ -153,3 +153,36 @@ def test_a_swept_seed_with_several_seeds_per_cell_is_refused(tmp_path):
     """)
     with pytest.raises(ConfigError, match="seed is swept .* seeds_per_cell: 1"):
         sweep(spec, tmp_path / "results")
+
+
+def test_local_workers_run_a_cells_seeds_side_by_side_and_a_pruned_cells_running_seed_is_stopped(tmp_path, monkeypatch):
+    """Bug caught: locally a sweep ran one run at a time on a 2-core machine; with two workers the seeds of a cell
+    run at once, and a cell pruned on its seeds' mean has its still-running seed stopped (its worker ended) and
+    recorded pruned, not left to finish."""
+    spec = make_spec(tmp_path, """
+        trials: 3
+        parallel: 1
+        sampler: random
+        storage: journal
+        pruner: {kind: median, n_startup_trials: 2}
+        params: {n: {choices: [4, 8, 16]}, k: {choices: [2]}}
+    """)
+    results = tmp_path / "results"
+    study = open_study(spec, results)
+    for n in (16, 8, 4):
+        study.enqueue_trial({"n": n, "k": 2})
+    monkeypatch.setenv("SOLBENCH_TEST_STEP_S", "0.6")  # inherited by the workers
+    result = sweep(spec, results, workers=2).run()
+    states = [(t.params["n"], t.state.name) for t in result.study.trials]
+    assert states == [(16, "COMPLETE"), (8, "COMPLETE"), (4, "PRUNED")]
+    first = result.study.trials[0]
+    spans = []
+    for run_id in first.user_attrs["run_ids"][:2]:  # seeds 0 and 1 went to the two workers together
+        status = RunStore(spec.run_dir(results, run_id), run_id).read_status()
+        spans.append((status["started_ts"], status["started_ts"] + status["seconds"]))
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans
+    pruned = result.study.trials[2]
+    last = RunStore(spec.run_dir(results, pruned.user_attrs["run_ids"][2]), pruned.user_attrs["run_ids"][2])
+    status = last.read_status()
+    assert status["state"] == "failed" and status["pruned"] is True
+    assert max(r["step"] for r in last.read("metrics")) < 4  # stopped before it finished

@@ -277,8 +277,10 @@ def sweep_heatmap(tables: Tables):
                  "objective (cell mean)")
     chosen = cells[cells["in_best_set"]]
     ax.set_title(f"best: {chosen['label'].iloc[0]}" if info.get("decided") else
+    top_cell = cells.loc[cells[value].idxmax() if maximize else cells[value].idxmin()]
                  f"{len(chosen)} of {len(cells)} cells within noise of the top (boxed)" if info.get("intervals") else
-                 "no interval: the top is not judged", fontsize=9)
+                 f"top N={_fmt_setting(top_cell['n'])}, K={_fmt_setting(top_cell['k'])}: {top_cell[value]:.4f}, no "
+                 "interval (not judged)", fontsize=9)
     data = cells[["n", "k", value, "lo", "hi", "runs", "trials", "in_best_set"]].rename(columns={value: "mean"}) \
         if "lo" in cells else cells
     top = trials.sort_values("value", ascending=not maximize).head(10)
