@@ -95,19 +95,27 @@ def cpu_prediction_table(tables: Tables) -> Table | None:
         for kind, col, index in (("rollout", "rollout_s", 0), ("E2E", "e2e_s", 1)):
             b, t = med[med["arm"] == base], med[med["arm"] == arm]
             measured = float(b[col].mean() / t[col].mean()) if len(b) and len(t) else np.nan
-            row = {"arm": arm, "baseline": base, "kind": kind, "measured": measured}
+            # the spec's speed block timed the arm alone (solbench.report.speed_block): the prediction is checked on it
+            from solbench.report.speed_block import block_ratio_of
+
+            alone = block_ratio_of(tables, tables.done_runs[tables.done_runs["arm"] == arm], kind)
+            row = {"arm": arm, "baseline": base, "kind": kind, "measured": measured, "measured_alone": alone}
+            reference = alone if np.isfinite(alone) else measured
             for profile, series in predicted.items():
                 pb = series[index].reindex(b["run_id"]).dropna()
                 pt = series[index].reindex(t["run_id"]).dropna()
                 value = float(pb.mean() / pt.mean()) if len(pb) and len(pt) and pt.mean() > 0 else np.nan
                 row[f"predicted_{profile}"] = value
-                row[f"error_{profile}"] = value / measured - 1.0 if np.isfinite(value) and measured > 0 else np.nan
+                row[f"error_{profile}"] = value / reference - 1.0 if np.isfinite(value) and reference > 0 else np.nan
             rows.append(row)
     if not rows:
         return None
     data = pd.DataFrame(rows)
     display = pd.DataFrame({"method": data["arm"], "over": data["baseline"], "ratio": data["kind"],
                             "measured": data["measured"].map(lambda v: f"{v:.2f}x" if np.isfinite(v) else "-")})
+    if data["measured_alone"].notna().any():  # errors below are against it
+        display["measured alone (speed block)"] = data["measured_alone"].map(lambda v: f"{v:.2f}x" if np.isfinite(v)
+                                                                             else "-")
     for profile in predicted:
         display[f"predicted ({profile} rates)"] = [
             f"{v:.2f}x ({e:+.0%}{'' if abs(e) <= TOLERANCE else ', off'})" if np.isfinite(v) and np.isfinite(e) else "-"
@@ -120,6 +128,8 @@ def cpu_prediction_table(tables: Tables) -> Table | None:
                      f"{rate_text}). The predicted ratio prices the runs' counted FLOPs per phase with them (module "
                      "solbench.report.cpu_check: GEMM rates as a FLOP-count projection does, forward rates with a "
                      "whole forward's other work); the measured ratio is the clock's (quiet runs, median seconds per "
-                     f"iteration, mean over seeds). In brackets the prediction's error; 'off' beyond {TOLERANCE:.0%}. "
+                     f"iteration, mean over seeds); where the spec's speed block timed the arm alone (column 'measured alone', "
+                     "paired within rounds), the error is against that ratio. In brackets the prediction's error; 'off' "
+                     f"beyond {TOLERANCE:.0%}. "
                      "Phases without a FLOP count (selection, rewards) are in the measured E2E time and not in the "
                      "prediction."), display=display)

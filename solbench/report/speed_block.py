@@ -119,3 +119,17 @@ def speed_block(tables: Tables):
         "later': the ratio of the rounds where the baseline ran first and of the others (the rotation balances them). "
         f"{rejected_rounds(rows)} round attempt(s) were repeated or left unfinished (load above the bound "
         f"{rows['load_bound'].iloc[0]}, or interrupted) and are not counted."), display=display)]
+
+
+def block_ratio_of(tables: Tables, runs: pd.DataFrame, kind: str) -> float:
+    """The speed block's paired ratio (``kind`` rollout or E2E, eager sampling) of the block arm that times the
+    training arm of ``runs`` (the same method and explore recipe); NaN where the block did not time it."""
+    data = block_ratios(tables)
+    if data.empty or runs.empty:
+        return math.nan
+    method = str(runs["method"].iloc[0])
+    mine = data[(data["variant"] == "eager") & data["method"].map(lambda m: same_method(str(m), method))]
+    if "p_quant.recipe" in runs and len(mine) > 1:
+        mine = mine[mine["recipe"].astype(str) == str(runs["p_quant.recipe"].iloc[0])]
+    col = "rollout_ratio" if kind == "rollout" else "e2e_ratio"
+    return float(mine[col].iloc[0]) if len(mine) else math.nan

@@ -73,6 +73,15 @@ def arm_config(runs: list, entry) -> RunConfig:
         except KeyError:
             raise ConfigError(f"set.{key}: no such run setting (a dotted key of the run config, e.g. quant.recipe)") \
                 from None
+    if "quant.recipe" in entry.set and "quant.backend" not in entry.set:
+        # another explore copy takes backend auto as the resolver writes it out here (the run's backend, cpu_bf16 say,
+        # may not run it: recipe none's copy quantizes nothing and resolves to emulation)
+        from solbench.method import get_method
+        from solbench.quant.backends import resolve_on_cpu
+
+        data["quant"].update(backend="auto", allow_emulated_fallback=True)
+        resolve_on_cpu(data["quant"], data["device"], data["model"]["name"],
+                       explores="explore" in get_method(data["method"]).nets)
     return RunConfig.from_dict(json.loads(json.dumps(data)))
 
 

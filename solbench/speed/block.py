@@ -148,6 +148,9 @@ def run_rounds(folder: Path, arms: list[Arm], block, make_runner: Callable[[Arm]
     runners: dict[str, Callable] = {}
     ran = []
     try:
+        if set(range(block.rounds)) - done:  # every arm built and warmed up before the first round it is timed in
+            for arm in arms:
+                runners[arm.key] = _warmed(arm, make_runner, block.warmup, cores, echo)
         for index in range(block.rounds):
             if index in done:
                 continue
@@ -157,8 +160,6 @@ def run_rounds(folder: Path, arms: list[Arm], block, make_runner: Callable[[Arm]
                 order = round_order(arms, index)
                 load = 0.0
                 for position, arm in enumerate(order):
-                    if arm.key not in runners:
-                        runners[arm.key] = _warmed(arm, make_runner, block.warmup, cores, echo)
                     rows, arm_load = _time_arm(arm, runners[arm.key], index, attempt, position, block, cores, meter)
                     _append(folder / arm.key / ROWS, rows)
                     load = max(load, arm_load)

@@ -22,11 +22,11 @@ def speed_table(experiment_dir: str | Path):
     if not root.is_dir():
         return None
     frames = []
-    for folder in sorted(p for p in root.iterdir() if (p / "block.json").is_file()):
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         try:
-            info = json.loads((folder / "block.json").read_text())
+            info = json.loads((folder / "block.json").read_text()) if (folder / "block.json").is_file() else {}
         except ValueError:
-            continue
+            info = {}
         rounds = read_rounds(folder)
         accepted = {r["attempt"] for r in rounds if r.get("accepted")}
         load = {r["attempt"]: r.get("load") for r in rounds}
@@ -36,7 +36,7 @@ def speed_table(experiment_dir: str | Path):
             continue
         frame = pd.DataFrame(rows)
         frame["block_id"] = folder.name
-        frame["started_at"] = info.get("started_at")
+        frame["started_at"] = info.get("started_at", "")
         frame["published"] = bool(info.get("published"))
         frame["accepted"] = frame["attempt"].isin(accepted)
         frame["round_load"] = frame["attempt"].map(load)
