@@ -198,3 +198,21 @@ def test_long_prompts_and_huge_prompt_files_are_one_short_line(tmp_path):
         handle.truncate(65 * 2**20)  # sparse: no disk
     with pytest.raises(ConfigError, match=f"{huge}: more than 64 MiB, the bound on a prompt file's size"):
         load_prompt_set(str(huge))
+
+
+def test_a_real_models_local_transformer_config_past_the_published_sizes_is_refused_before_loading(tmp_path):
+    """Bug caught: a local model.path folder of a real model was loaded whatever its transformer/config.json said
+    (a FLUX with 100,000 layers built before anything was refused). Sizes past twice the published ones are one
+    line with the parameters they would build; the published config passes."""
+    from solbench.flops import REAL_MODELS
+    from solbench.models.flux import FluxAdapter
+    from solbench.models.real_bounds import config_problem
+
+    (tmp_path / "transformer").mkdir()
+    config = tmp_path / "transformer" / "config.json"
+    config.write_text(json.dumps(REAL_MODELS["flux"].config))
+    assert config_problem("flux", tmp_path) is None
+    config.write_text(json.dumps({**REAL_MODELS["flux"].config, "num_layers": 100_000}))
+    with pytest.raises(ConfigError, match=r"num_layers 100000 \(a whole number from 1 to 38, 2 x the published 19\): "
+                                          r"the config would build about 20,887,597,991,512 parameters"):
+        FluxAdapter.from_pretrained(str(tmp_path))

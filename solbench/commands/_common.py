@@ -154,8 +154,10 @@ def filter_runs(spec, only):
     for wanted in only:
         matches = [r for r in spec.runs if r.run_id.startswith(wanted)]
         if not matches:
-            raise ConfigError(f"--only {wanted}: no run of {spec.path} has that id; ids: "
-                              f"{', '.join(r.run_id for r in spec.runs)}")
+            ids = [r.run_id for r in spec.runs]
+            more = f" and {len(ids) - 20:,} more (`solbench expand SPEC --format ids`)" if len(ids) > 20 else ""
+            raise ConfigError(f"--only {clip(wanted, 40)}: no run of {spec.path} has that id; ids: "
+                              f"{', '.join(ids[:20])}{more}")
         chosen.extend(m for m in matches if m not in chosen)
     return chosen
 

@@ -10,11 +10,12 @@ once with MissingWeightsError naming the model id and how to download it.
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from solbench.errors import MissingWeightsError
+from solbench.errors import ConfigError, MissingWeightsError
 from solbench.models.base import ModelAdapter
 
 
@@ -33,8 +34,16 @@ _DTYPE_KWARG = _dtype_kwarg()
 def load_pipeline(pipeline_cls, path: str, default_id: str, dtype: torch.dtype, gated: bool, **components):
     """``pipeline_cls.from_pretrained(path, local_files_only=True)`` or a MissingWeightsError.
 
-    ``components`` replace pipeline parts (``transformer=None``: not loaded, the caller supplies one).
+    ``components`` replace pipeline parts (``transformer=None``: not loaded, the caller supplies one). A local
+    folder's transformer config is checked against the published one first (solbench.models.real_bounds).
     """
+    from solbench.models.real_bounds import config_problem
+
+    model = {"FluxPipeline": "flux", "StableDiffusion3Pipeline": "sd3", "SanaPipeline": "sana"}.get(
+        pipeline_cls.__name__)
+    problem = config_problem(model, path) if model and Path(path).expanduser().is_dir() else None
+    if problem:
+        raise ConfigError(f"model.path {path!r}: {problem}")
     try:
         return pipeline_cls.from_pretrained(path, **{_DTYPE_KWARG: dtype}, local_files_only=True, **components)
     except (OSError, ValueError, EnvironmentError) as err:

@@ -70,7 +70,8 @@ def _prompt_set_sizer() -> Callable[[str], int | None] | None:
 
 def is_prompt_path(name: str) -> bool:
     """Prompt sets given as files (.txt/.jsonl paths): decoded at expansion where they are on this machine; one
-    that is not is refused by `solbench expand` and `solbench run` (ExperimentSpec.missing_files) and at launch."""
+    that is not is named by `solbench expand` (with the command that fetches it: ``fetch_hint``) and refused by
+    `solbench run` (ExperimentSpec.missing_files) and at launch."""
     return name.endswith((".txt", ".jsonl")) or "/" in name and not name.startswith("shapes/")
 
 

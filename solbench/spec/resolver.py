@@ -356,7 +356,7 @@ class _Resolver:
         check_name("quant.recipe", cfg.quant.recipe, reg.recipes, "quantization recipe")
         for key, name in (("train_prompts", cfg.train_prompts), ("eval.prompts", cfg.eval.prompts)):
             if is_prompt_path(name) and reg.prompt_set_size is not None and not Path(name).expanduser().exists():
-                # refused by `solbench expand` and `solbench run` (ExperimentSpec.missing_files); the library
+                # named by `solbench expand`, refused by `solbench run` (ExperimentSpec.missing_files); the library
                 # expands the spec all the same (the real specs' data/pickscore files are downloaded apart)
                 missing = (f"{self._key_where(key, cfg.method, loc)}: {key}: prompt file {name!r} not found (a path "
                            f"relative to the working directory, {Path.cwd()}); {fetch_hint(name)}")
