@@ -6,8 +6,8 @@ into the Markdown through the helpers here, and the HTML page is made from that 
 
 - ``neutral(text)``: HTML's special characters as entities (``&``, ``<``, ``>``), newlines folded to spaces, and
   the text clipped to a bound (``solbench.bounded_text.clip``: '...' and its length), so a 10 MB error message
-  costs a few hundred characters. The
-  writer's own Markdown (``**bold**``, ``code``, links) still works: it has none of these characters.
+  costs a few hundred characters. The writer's own Markdown (``**bold**``, ``code``, links) still works: it has
+  none of these characters.
 - ``cell(value)``: a table cell: numbers formatted (``fmt_num``), missing values as ``-``, then ``neutral`` with the
   cell bound, and ``|`` escaped so that it cannot end the cell.
 - ``markdown_table(frame)`` and ``render_output(output, ...)``: a plugin's Table, Figure or Note as Markdown lines
@@ -55,7 +55,7 @@ def cell(value, limit: int = CELL_CHARS) -> str:
     """One pipe-table cell: a number formatted, a missing value as '-', text neutralised and its pipes escaped."""
     if isinstance(value, float):
         text = fmt_num(value) if math.isfinite(value) else "-"
-    elif value is None or (not isinstance(value, str) and pd.isna(value)):
+    elif value is None or (pd.api.types.is_scalar(value) and not isinstance(value, str) and pd.isna(value)):
         text = "-"
     else:
         text = value if isinstance(value, str) else str(value)
@@ -63,13 +63,14 @@ def cell(value, limit: int = CELL_CHARS) -> str:
     return re.sub(r"(\\*)\|", lambda m: m.group(1) * 2 + "\\|", neutral(text, limit))
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A pipe table (GitHub / Python-Markdown 'tables' syntax) of the frame's cells, header included."""
+def markdown_table(frame: pd.DataFrame, limit: int = CELL_CHARS) -> str:
+    """A pipe table (GitHub / Python-Markdown 'tables' syntax) of the frame's cells, header included; ``limit``
+    bounds each cell (a detail page of the writer's own long cells may pass more)."""
     if frame.empty:
         return "*(empty)*"
-    lines = ["| " + " | ".join(cell(str(c)) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines = ["| " + " | ".join(cell(str(c), limit) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
     for _, row in frame.iterrows():  # (a row as a Series: an all-number row's ints print as its floats do)
-        lines.append("| " + " | ".join(cell(v) for v in row.tolist()) + " |")
+        lines.append("| " + " | ".join(cell(v, limit) for v in row.tolist()) + " |")
     return "\n".join(lines)
 
 
