@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from solbench.report.explore import backend_label, recipe_label
-from solbench.report.plotting import new_figure
+from solbench.report.explore import backend_label, recipe_formats, recipe_label
+from solbench.report.plotting import arm_labels, new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import fmt_ci, mean_ci
 from solbench.report.tables import Tables
@@ -157,7 +157,7 @@ def ranking_fidelity(tables: Tables):
     )
     outputs = [Table("ranking_fidelity", "Ranking fidelity: proxy (explore) vs full-precision rewards", summary_df,
                      caption, display=display_df),
-               _fidelity_figure(groups, ks, explore_of, _trained(tables))]
+               _fidelity_figure(groups, ks, explore_of, _trained(tables), arm_labels(tables, set(groups["arm"])))]
     setup = _fidelity_setup(runs[runs["run_id"].isin(groups["run_id"])])
     if setup is not None:
         outputs.insert(0, setup)
@@ -254,11 +254,13 @@ def plotted_reward(groups: pd.DataFrame, trained: set[str] = frozenset()) -> str
 
 
 def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...], recipes: dict[str, str],
-                     trained: set[str] = frozenset()) -> Figure:
-    """One distribution per arm (checkpoint, recipe) and kind, never pooled across them; the mean hit@K of each
-    beside its chance level K/N. The legend names each arm's explore recipe and backend, the title the reward."""
-    from solbench.report.plotting import _FALLBACK
+                     trained: set[str] = frozenset(), labels: dict[str, str] | None = None) -> Figure:
+    """One distribution per arm (checkpoint, recipe) and kind, never pooled across them, one row each, the row named
+    on the axis (its short arm label, its explore format, recipe and backend, the kind); the mean hit@K of each row
+    beside its chance level K/N on the same rows. The title names the reward."""
+    from solbench.report.plotting import _FALLBACK, NORMAL, SMALL, TITLE, clip, legend_below, style_axes
 
+    labels = labels or {}
     reward = plotted_reward(groups, trained)
     if reward is not None:  # one reward: the training reward's groups, and those that name none (training data)
         groups = groups[groups["reward_name"].isna() | (groups["reward_name"] == reward)]
@@ -267,80 +269,73 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...], recipes: dict[st
         reward_text += " (training candidates: their training reward)"
     series = [(kind, arm) for kind in sorted(groups["kind"].unique()) for arm in sorted(set(groups["arm"]))
               if ((groups["kind"] == kind) & (groups["arm"] == arm)).any()]
-    colours = _series_colours(series, _FALLBACK)
-    plain = reward_text.replace("`", "")  # a PNG shows Markdown backticks as they are (issue 48)
+    # colour: the explore copy (format, recipe, backend), in colours no method has (the rows are named on the axis)
+    copies = list(dict.fromkeys(recipes.get(arm, "") for _, arm in series))
+    colours = {key: _FALLBACK[copies.index(recipes.get(key[1], "")) % len(_FALLBACK)] for key in series}
+    plain = clip(reward_text.replace("`", ""), 80)  # a PNG shows Markdown backticks as they are (issue 48)
     hit_cols = [f"hit@{k}" for k in ks if f"hit@{k}" in groups and groups[f"hit@{k}"].notna().any()]
-    fig = new_figure(12.0 if hit_cols else 8.5, 2.4 + 0.42 * len(series))
-    axes = fig.subplots(1, 3 if hit_cols else 2)
+    fig = new_figure(13.0 if hit_cols else 10.0, 1.8 + 0.46 * len(series))
+    axes = fig.subplots(1, 3 if hit_cols else 2, sharey=True, width_ratios=[1, 1, 0.8] if hit_cols else [1, 1])
     # one box per arm and kind (issue 48: eleven overlaid histogram outlines on a -1..1 axis could not be told
-    # apart), on an axis fitted to the data; colours link each box to its hit-rate bars and its legend entry
-    from matplotlib.patches import Patch
-
+    # apart), on an axis fitted to the data; each row named on the axis (issue 52: an 11-entry legend)
+    rows = [len(series) - i for i in range(len(series))]
     low = 1.0
-    for ax, col, label in ((axes[0], "kendall_tau", "Kendall τ per prompt group"),
-                           (axes[1], "spearman_rho", "Spearman ρ per prompt group")):
+    for ax, col, label in ((axes[0], "kendall_tau", "Kendall τ"), (axes[1], "spearman_rho", "Spearman ρ")):
         values = [groups.loc[(groups["kind"] == key[0]) & (groups["arm"] == key[1]), col].dropna() for key in series]
         kept = [(i, v) for i, v in enumerate(values) if len(v)]
         if kept:
-            box = ax.boxplot([v.to_numpy() for _, v in kept], positions=[len(series) - i for i, _ in kept],
+            box = ax.boxplot([v.to_numpy() for _, v in kept], positions=[rows[i] for i, _ in kept],
                              orientation="horizontal", widths=0.6, patch_artist=True, showfliers=True,
                              flierprops=dict(markersize=2.5), medianprops=dict(color="black", linewidth=1.2))
             for patch, (i, _) in zip(box["boxes"], kept):
                 patch.set_facecolor(colours[series[i]])
                 patch.set_alpha(0.8)
             low = min(low, min(float(v.min()) for _, v in kept))
-        ax.set_yticks([len(series) - i for i in range(len(series))], [str(i + 1) for i in range(len(series))])
-        ax.set_xlabel(f"{label} ({plain.split(' (')[0]})", fontsize=9)
-        ax.set_ylabel("arm (legend number)", fontsize=9)
-        ax.tick_params(labelsize=8)
-        ax.grid(axis="x", alpha=0.3)
+        style_axes(ax, f"{label} per prompt group (rank correlation)", "")
+        ax.grid(axis="y", visible=False)
+    axes[0].set_yticks(rows, [_row_label(key, recipes, labels, groups.loc[(groups["kind"] == key[0])
+                                                                         & (groups["arm"] == key[1]), "spearman_rho"])
+                              for key in series], fontsize=SMALL)
+    axes[0].set_ylabel("arm (checkpoint, explore copy) and kind", fontsize=NORMAL)
     for ax in axes[:2]:
         ax.set_xlim(max(-1.0, low - 0.05), 1.0)
-    handles = [Patch(facecolor=colours[key], alpha=0.8, label=f"{i + 1}. " + _legend(
-        key, recipes, groups.loc[(groups["kind"] == key[0]) & (groups["arm"] == key[1]), "spearman_rho"].dropna()))
-        for i, key in enumerate(series)]
-    fig.legend(handles=handles, loc="outside lower center", fontsize=8, ncols=1, frameon=False)
     if hit_cols:
         ax = axes[2]
-        width = 0.8 / max(len(series), 1)
-        for i, key in enumerate(series):
-            g = groups[(groups["kind"] == key[0]) & (groups["arm"] == key[1])]
-            ax.bar(np.arange(len(hit_cols)) + i * width, [g[c].mean() for c in hit_cols], width, color=colours[key],
-                   alpha=0.85)
         n = float(groups["n_pairs"].median())
+        markers = ["o", "s", "^", "D", "v"]
         for j, c in enumerate(hit_cols):
-            chance = int(c.split("@")[1]) / n
-            ax.plot([j - 0.1, j + 0.9 - 0.1], [chance, chance], color="black", linestyle=":", linewidth=1.0)
-        ax.set_xticks(np.arange(len(hit_cols)) + width * (len(series) - 1) / 2, hit_cols, fontsize=8)
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel(f"mean hit rate (dotted: chance K/N, N={n:g})", fontsize=8)
-        ax.tick_params(labelsize=7)
+            colour = ["#222222", "#6a6a6a", "#a0a0a0", "#4a4a4a", "#8a8a8a"][j % 5]
+            means = [groups.loc[(groups["kind"] == key[0]) & (groups["arm"] == key[1]), c].mean() for key in series]
+            ax.plot(means, rows, linestyle="none", marker=markers[j % len(markers)], color=colour, markersize=5,
+                    label=f"{c} (mean)")
+            ax.axvline(int(c.split("@")[1]) / n, color=colour, linestyle=":", linewidth=1.0,
+                       label=f"{c} chance, {c.split('@')[1]}/N")
+        ax.set_xlim(0, 1.05)
+        style_axes(ax, f"mean top-K hit rate (share; N={n:g})", "")
+        legend_below(fig, *ax.get_legend_handles_labels(), ncols=len(hit_cols))
     fig.suptitle(f"Ranking fidelity, {plain}: proxy (explore precision) vs full-precision rewards of the same "
-                 "seeds", fontsize=10)
+                 "seeds", fontsize=TITLE)
     return Figure("ranking_fidelity_chart", "Ranking fidelity distributions", fig, (
         f"Distributions over prompt groups of the rank correlations between proxy and full-precision {reward_text}, "
         "one box per arm (checkpoint, explore recipe) and kind (median, quartiles, 1.5 IQR whiskers), never pooled "
-        "across them, numbered as in the legend, which names "
-        "each arm's explore format, recipe and backend; and the mean top-K hit rates beside their chance level K/N "
-        "(a random ranking's). Every reward: the tables above and the CSV. 'selected only' groups (training data) "
-        "are within the K selected seeds and biased upward; 'all seeds' groups are the unbiased measurement."),
+        "across them, each row named on the axis by its arm's short label, explore format, recipe and backend, kind "
+        "and mean ρ; and the mean top-K hit rates of the same rows beside their chance level K/N "
+        "(a random ranking's, dotted). Every reward: the tables above and the CSV. 'selected only' groups (training "
+        "data) are within the K selected seeds and biased upward; 'all seeds' groups are the unbiased measurement."),
         data=groups)
 
 
-def _series_colours(series: list, fallback: list[str]) -> dict:
-    """One colour per series, none repeated: the report's own palette where it is long enough, else tab20's
-    twenty (issue 42: eleven fidelity arms drew in seven colours, so pairs of arms looked alike)."""
-    import matplotlib
+def _row_label(key: tuple[str, str], recipes: dict[str, str], labels: dict[str, str], values: pd.Series) -> str:
+    """Two lines naming a row of the fidelity chart: the arm's short label, then its explore copy (format, recipe,
+    backend, without the backend's explanation) with the kind, mean ρ and n. Each line at most LABEL_CHARS."""
+    import re
 
-    palette = ["#1f77b4", *fallback] if len(series) <= len(fallback) + 1 else [
-        matplotlib.colors.to_hex(c) for c in matplotlib.colormaps["tab20"].colors]
-    return {key: palette[i % len(palette)] for i, key in enumerate(series)}
+    from solbench.report.plotting import clip
 
-
-def _legend(key: tuple[str, str], recipes: dict[str, str], values: pd.Series) -> str:
-    """'<arm> | NVFP4 (nvfp4_tiny_flux), emulated backend ... | all seeds: ρ 0.921, n=33': whole, never cut."""
     kind, arm = key
-    return f"{arm} | {recipes.get(arm, 'explore recipe not recorded')} | {kind}: mean ρ {values.mean():.3f}, n={len(values)}"
+    explore = re.sub(r" backend \([^)]*\)", " backend", recipes.get(arm, "explore recipe not recorded"))
+    return (f"{clip(labels.get(arm, arm))}\n"
+            f"{clip(f'{explore} | {kind}: mean ρ {values.mean():.3f}, n={len(values)}', 90)}")
 
 
 # ---- decomposed fidelity: what precision costs apart from fewer steps ------------------------------
@@ -395,6 +390,7 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
     reward_col = ["reward_name"] if "reward_name" in g else []
     o = tables.options
     rows, display = [], []
+    formats = recipe_formats(runs)  # each recipe's format as the runs recorded it
     for key, sub in g.groupby(share + reward_col, sort=False, dropna=False):
         ctx = dict(zip(share + reward_col, key))
         control = sub[sub["recipe"] == "none"]
@@ -402,10 +398,10 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
             r = sub[sub["recipe"] == recipe]
             mac_share, mac_cell = _coverage(r)
             row = {**ctx, "checkpoint_label": r["checkpoint_label"].iloc[0], "recipe": recipe,
-                   "label": recipe_label(recipe), "prompt_groups": len(r), "mac_share": mac_share}
+                   "label": recipe_label(recipe, formats.get(recipe)), "prompt_groups": len(r), "mac_share": mac_share}
             disp = {"model": ctx["model"], "checkpoint": r["checkpoint_label"].iloc[0],
                     "reward": ctx.get("reward_name", "-"), "explore steps": ctx["explore_steps"],
-                    "explore": recipe_label(recipe),
+                    "explore": recipe_label(recipe, formats.get(recipe)),
                     "backend": "- (full precision)" if recipe == "none" else backend_label(ctx.get("backend")),
                     "low-precision share of linear MACs": mac_cell,
                     "prompts": str(len(r))}

@@ -89,9 +89,12 @@ def _grid(settings: dict) -> tuple[list[str], int] | None:
     records = load_prompt_set(settings["prompts"])
     if settings.get("n_prompts"):
         records = records[: int(settings["n_prompts"])]
-    rows = min(int(settings.get("grid_prompts") or defaults.grid_prompts), len(records))
-    columns = int(settings.get("seeds_per_prompt") or defaults.seeds_per_prompt)
-    return [r.text for r in records[:rows]], columns
+    def setting(name: str) -> int:
+        value = settings.get(name)
+        return int(getattr(defaults, name) if value is None else value)
+
+    rows = min(setting("grid_prompts"), len(records))
+    return [r.text for r in records[:rows]], setting("seeds_per_prompt")
 
 
 def recorded_run_facts(store, spec: dict, explores: bool) -> dict[str, Any]:
