@@ -92,8 +92,11 @@ def measure_cpu_rates(engine, full_role: str, batch: int) -> dict:
     from solbench.cpu import cpu_info
 
     explore = engine.net("explore")
+    shapes = _quantized_shapes(explore)
+    if not shapes:  # a copy that quantizes nothing (recipe none, Sol-RL's twin): no low-precision rate to measure
+        return {"cpu": cpu_info(), "threads": torch.get_num_threads(), "gemm": {}, "forward": {}}
     return {"cpu": cpu_info(), "threads": torch.get_num_threads(),
-            "gemm": gemm_rates(_quantized_shapes(explore)), "forward": forward_rates(engine, full_role, batch)}
+            "gemm": gemm_rates(shapes), "forward": forward_rates(engine, full_role, batch)}
 
 
 _CACHE: dict = {}

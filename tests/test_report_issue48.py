@@ -75,15 +75,17 @@ def test_table4_is_the_explore_copys_images_against_full_precision_paired_with_t
     explore = mine[mine.precision == "explore"].reward.mean()
     full = mine[mine.precision == "full"].reward.mean()
     assert clip["effect"] == pytest.approx((explore - full) / full, rel=1e-9)
-    assert clip["paper_table"] == "Table 4" and "27.44 vs 27.10" in clip["paper"] and "29.53 vs 29.43" in clip["paper"]
-    assert clip["primary"] and clip["verdict"] in ("contradicted", INCONCLUSIVE)  # ~ -10 % against a -2 % margin
+    # issue 54: the explore steps against the full steps is the step-budget comparison, exploratory (the paper's
+    # Table 4 is the precision alone: tests/test_fp4_isolation_findings.py)
+    assert clip["paper_table"] == "Table 4 (step budget)" and "27.44 vs 27.10" in clip["paper"] and "29.53 vs 29.43" in clip["paper"]
+    assert not clip["primary"] and clip["verdict"] in ("contradicted", INCONCLUSIVE)  # ~ -10 % against a -2 % margin
     assert "checkpoints of 3 run seeds crossed with" in clip["covers"]
-    base = data[data["claim"].str.endswith("base model") & (data["paper_table"] == "Table 4")]
+    base = data[data["claim"].str.endswith("base model") & (data["paper_table"] == "Table 4 (step budget)")]
     assert set(base["metric"]) == {"shapes_clip", METRIC} and not base["primary"].any()
     geneval = final.iloc[1]
     assert abs(geneval["effect"]) < 0.02 and geneval["verdict"] == REPRODUCED  # no shift: non-inferior
     display = _named(tables, "findings", "findings").display
-    assert "Table 4: NVFP4 vs BF16 CLIP score" in " ".join(display["paper"])
+    assert "Table 4 (step budget): NVFP4 vs BF16 CLIP score" in " ".join(display["paper"])
 
 
 def test_table1s_primary_is_at_equal_projected_gpu_time_and_selection_is_an_ablation_of_the_public_code():
@@ -327,7 +329,8 @@ def test_counts_and_shares_never_get_negative_lower_bounds_and_two_seed_arms_no_
     chart = _named(tables, "reward_hacking", "reward_hacking_tiny_chart")
     ax = chart.figure.axes[0]
     assert not ax.collections  # no band over 2 seeds
-    assert ax.get_ylim()[0] == 0 and ax.get_title()
+    bottom, top = ax.get_ylim()  # a count's axis starts at 0, less a margin that draws a line at 0 whole (issue 52)
+    assert -0.05 * top <= bottom <= 0 and ax.get_title()
     legend = chart.figure.legends[0]
     assert legend._loc in (8,) or "lower" in str(legend.get_window_extent())  # below the axes, not beside them
     chart.figure.canvas.draw()
@@ -428,7 +431,8 @@ def test_table4_gives_the_precisions_part_alone_where_a_step_budget_control_meas
     a = e[e.run_id == "fid-base"].set_index(["prompt_id", "cand_idx"]).reward
     b = e[e.run_id == "fid-none"].set_index(["prompt_id", "cand_idx"]).reward
     expected = float((a - b).mean() / b.mean())
-    assert "The precision alone" in row["detail"] and f"{expected:+.2%}" in row["detail"]
+    # issue 54: the precision alone is Table 4's own row (the step-budget comparison is "Table 4 (step budget)")
+    assert row["effect"] == pytest.approx(expected, rel=1e-9) and "same noise" in row["detail"]
 
 
 def test_a_measured_speedup_has_its_power_from_the_seeds_of_both_arms():

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from .formats import FORMATS, _check_e5m2_block, _check_fp8_block, _check_mxfp4_block, _check_nvfp4_block
 
-__all__ = ["QuantRecipe", "RECIPES", "get_recipe", "BACKENDS", "UnknownRecipeError"]
+__all__ = ["QuantRecipe", "RECIPES", "NO_RECIPE", "get_recipe", "BACKENDS", "UnknownRecipeError"]
 
 
 class UnknownRecipeError(KeyError):
@@ -148,8 +148,16 @@ class QuantRecipe:
         return "channel" if self.rowwise else _ACTIVATION_BLOCK[self.format]
 
     @property
+    def quantizes_nothing(self) -> bool:
+        """Whether every Linear stays in full precision (a skip pattern "*": the recipe ``none``, whose copy is the
+        source merged, in full precision)."""
+        return "*" in self.skip
+
+    @property
     def label(self) -> str:
         """Short precision label, e.g. 'nvfp4 W4A4 (weights 16x16)'."""
+        if self.quantizes_nothing:
+            return "full precision (no layer quantized)"
         bits = {"nvfp4": 4, "mxfp4": 4, "fp8": 8, "fp8_e5m2": 8}[self.format]
         acts = f"A{bits}" if self.activations else "A16"
         block = self.weight_block
@@ -354,6 +362,21 @@ RECIPES["fp8_rowwise_flux"] = RECIPES["nvfp4_flux"].replace(
 RECIPES["mxfp4_tiny_flux"] = RECIPES["nvfp4_tiny_flux"].replace(
     name="mxfp4_tiny_flux", format="mxfp4", weight_block=None,
     description="MXFP4 W4A4 on nvfp4_tiny_flux's layers (FLUX.1's rule scaled to the tiny model): every block Linear")
+
+
+#: The explore recipe that quantizes nothing (issue 54): the explore copy is the rollout policy itself, merged, in full
+#: precision. A Sol-RL run with it is the full-precision-preview twin: the same N, K, explore steps and selection, the
+#: preview run at full precision, so Sol-RL against it is the copy's precision alone and the twin against naive BF16
+#: scaling is the short preview and the regeneration of K of N. Its skip "*" keeps every Linear a plain nn.Linear
+#: holding the merged weights (quantized_copy, refreshed by sync_weights as any copy). ``activations`` False makes every
+#: low-precision backend decline it (no weight-only mode), so backend auto resolves to emulation, which is what a copy
+#: without a quantized layer computes with on any machine (the run records backend emulated: nothing is emulated).
+NO_RECIPE = "none"
+RECIPES[NO_RECIPE] = QuantRecipe(
+    name=NO_RECIPE, format="nvfp4", activations=False, skip=("*",),
+    description="no layer quantized: the explore copy is the rollout policy merged, in full precision (Sol-RL's "
+                "full-precision-preview twin; fidelity's step-budget control)")
+
 
 def get_recipe(recipe: Union[str, QuantRecipe]) -> QuantRecipe:
     """The named recipe from `RECIPES` (a `QuantRecipe` is returned unchanged)."""

@@ -15,6 +15,7 @@ from solbench.report.tables import ReportOptions, Tables
 
 # Importing the plugin modules registers the built-in report kinds.
 from solbench.report import findings as _findings  # noqa: E402,F401  isort: skip
+from solbench.report import isolation as _isolation  # noqa: E402,F401  isort: skip
 from solbench.report import main_results as _main_results  # noqa: E402,F401  isort: skip
 from solbench.report import timing as _timing  # noqa: E402,F401  isort: skip
 from solbench.report import cpu_check as _cpu_check  # noqa: E402,F401  isort: skip

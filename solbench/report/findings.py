@@ -33,6 +33,7 @@ import pandas as pd
 from solbench.report.findings_common import (HELD_OUT, NOT_JUDGED, PAPER_REWARD, REWARDS_DISAGREE,  # noqa: F401
                                              TRAINING, Finding, axis_arms, fmt_value, main_arm, reward_roles,
                                              training_rewards)
+from solbench.report.findings_multiplicity import ISOLATION_PRIMARY, adjust
 from solbench.report.findings_power import add_cost, add_power, power_cell
 from solbench.report.registry import Note, Table, report_kind
 from solbench.report.stats import CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, PROJECTION, REPRODUCED, fmt_num
@@ -101,7 +102,7 @@ PRIMARY: tuple[tuple[str, str], ...] = (
     ("Table 6", "Sol-RL matches naive BF16 scaling (non-inferior)"),
     ("Table 8", "FP4 explore ranks seeds almost as BF16 does (all-seeds Spearman ρ, final policy)"),
     ("Sec. naive FP4", "Naive FP4 ends below Sol-RL (at naive FP4's end)"),
-)
+) + ISOLATION_PRIMARY  # issue 54: the twin, Table 4 at precision alone, the read-out iteration (findings_multiplicity)
 _PRIMARY_CLAIMS = {claim for _, claim in PRIMARY}
 
 
@@ -156,7 +157,7 @@ def collect_findings(tables: Tables) -> list[Finding]:
     findings = mark_binary(tables, findings)
     for f in findings:
         add_cost(add_power(f))
-    return mark_primary(findings)
+    return adjust(tables, mark_primary(findings))  # Holm, hypotheses, the zero dose (findings_multiplicity)
 
 
 def _binary_rewards(tables: Tables) -> set[str]:

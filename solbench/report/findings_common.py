@@ -54,6 +54,12 @@ class Finding:
     n_arm_seeds: int = 0  # run seeds per arm of a design without variance components (a measured speedup)
     components: object = None  # stats.Components of the paired design (not written to findings.csv)
     base_mean: float = math.nan  # the baseline arm's mean score (scales a paper effect given as a relative change)
+    # issue 54 (solbench.report.findings_multiplicity, solbench.report.readout)
+    p_value: float = math.nan  # two-sided p of the effect against the threshold, from the row's own interval
+    holm_p: float = math.nan  # Holm's adjusted p over the primary family
+    adjusted_verdict: str = ""  # primary: the verdict at Holm's level; exploratory: "hypothesis (...)"
+    readout_flag: str = ""  # the reading is past a held-out reward's fall from its peak (reward hacking)
+    df: float = math.nan  # degrees of freedom of the row's t interval (NaN: not a t interval)
 
     def decide(self) -> "Finding":
         self.verdict = verdict(self.lo, self.hi, self.threshold, self.direction)

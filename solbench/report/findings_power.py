@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from solbench.report.findings_common import Finding, fmt_value
-from solbench.report.stats import POWER, ratio_power, units_needed
+from solbench.report.stats import POWER, ratio_power, ratio_t, units_needed
 
 #: claim -> (the paper's effect, "rel" (a relative change) or "abs" (in the finding's own unit), where it comes from)
 PAPER_EFFECT = {
@@ -122,6 +122,7 @@ def add_ratio_power(f: Finding, base, target) -> Finding:
     if not (math.isfinite(f.effect) and f.effect > 0):
         return f
     distance = abs(f.effect - 1.0)
+    f.df = ratio_t(base, target)[2]  # the log ratio's t interval (findings_multiplicity's p value)
     f.mde, f.seeds_needed = ratio_power(base, target, distance)
     f.n_arm_seeds = min(len(base), len(target))
     if math.isfinite(f.mde):

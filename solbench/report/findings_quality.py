@@ -5,12 +5,14 @@ crossed-design interval (solbench/report/paired.py). Claims and effects (docs/re
 
 1. Table 1 at equal iterations: Sol-RL - DiffusionNFT at the last evaluation both runs of a pair reached.
 2. Table 1 at equal PROJECTED GPU time (the paper compares at equal GPU-hours): the same pairs at the
-   projected clock both reached (solbench/report/equal_time.py).
+   projected clock both reached (solbench/report/equal_time.py); beside it, exploratory, at the MEASURED clock
+   both reached (these runs' own wall clock).
 3. Table 6, non-inferiority to naive BF16 scaling: (Sol-RL - naive BF16) / naive BF16's score > -margin.
 4. Naive FP4 ends below Sol-RL, at equal iterations and at naive FP4's end (against a Sol-RL arm run to the
    same horizon when there is one; otherwise against Sol-RL's end, at unequal iterations, said so).
 5. Naive FP4 peaks and then declines: final - peak of its mean curve on that reward (the peak is chosen on
-   the same data, which favours the claim).
+   the same data, which favours the claim); no peak, and nothing tested, where the last reading is the curve's
+   maximum.
 6. Naive FP4's decline is its own: [naive FP4 final - its peak step] - [control final - control at that step]
    for every control arm run to the same horizon (Sol-RL, a BF16 method): a decline the controls share over
    the same iterations is over-optimisation, not FP4.
@@ -18,6 +20,11 @@ crossed-design interval (solbench/report/paired.py). Claims and effects (docs/re
    paper table: issue 48), best_worst selection against random at the same N and K.
 8. Naive FP4 at equal iterations is left out where it is the same comparison as at naive FP4's end (a Sol-RL arm
    run as long: one comparison, counted once).
+9. Where the spec declares a read-out iteration (``report.readout_iteration``, solbench/report/readout.py), the
+   paired claims at equal iterations (Tables 1, 2, 3, 6, the selection ablation) are read there, and naive FP4
+   against Sol-RL gets its primary row there ("at the read-out iteration"); every paired reading carries the
+   read-out flag of an arm past reward hacking. Sol-RL against its full-precision-preview twin:
+   solbench/report/findings_twin.py.
 """
 
 from __future__ import annotations
@@ -30,10 +37,12 @@ import pandas as pd
 from solbench.report.findings_common import Finding, arms_recipe, axis_arms, main_arm, reward_roles, seed_cost_s
 from solbench.report.paired import (Paired, _eval_steps, paired_at_steps, paired_difference, paired_steps,
                                     prompt_differences, sample_rows, seed_runs)
-from solbench.report.stats import fmt_num, paired_ci
+from solbench.report.readout import readout_step
+from solbench.report.stats import INCONCLUSIVE, fmt_num, paired_ci
 from solbench.report.tables import Tables, same_method
 
 TABLE1 = "+0.093 ImageReward (+5.6 %), +0.0075 HPSv2 on FLUX.1"
+_AT_READOUT = " Read at the read-out iteration {step} (report.readout_iteration, declared before the data)."
 NAIVE_FP4 = "naive FP4 peaks near HPSv2 0.36, below Sol-RL's 0.3688"
 
 
@@ -47,6 +56,8 @@ def paired_finding(f: Finding, p: Paired | None, why_missing: str, *, relative: 
     if p is None:
         f.detail = why_missing
         return f
+    if tables is not None and arms:
+        f.readout_flag = _flag(tables, f.model, arms, p)
     scale = abs(p.base_mean) if relative and p.base_mean else 1.0
     f.effect, f.lo, f.hi = p.ci.mean / scale, p.ci.lo / scale, p.ci.hi / scale
     f.base_mean = p.base_mean
@@ -65,6 +76,20 @@ def paired_finding(f: Finding, p: Paired | None, why_missing: str, *, relative: 
     return f.decide()
 
 
+def _flag(tables: Tables, model: str, arms: tuple, p: Paired) -> str:
+    """The read-out flag of a paired reading (solbench.report.readout): each arm at the steps it was read at."""
+    from solbench.report.readout import flag_text
+
+    steps = p.steps or ((p.step, p.step),)
+    for i, arm in enumerate(arms[:2]):
+        read = [s[i] if len(arms) > 1 else s[0] for s in steps]
+        read = [s for s in read if s is not None]
+        text = flag_text(tables, model, [arm], max(read)) if read else ""
+        if text:
+            return text
+    return ""
+
+
 def _each_reward(tables: Tables, runs: pd.DataFrame, model: str, make, compute) -> list[Finding]:
     """One Finding per eval reward: ``make()`` a fresh Finding, ``compute(f, metric)`` fills it."""
     out = []
@@ -78,12 +103,16 @@ def _each_reward(tables: Tables, runs: pd.DataFrame, model: str, make, compute) 
 
 def _pair_claim(tables: Tables, runs: pd.DataFrame, model: str, make, arm: str | None, base: str | None, missing: str,
                 *, relative: bool = False, describe=None) -> list[Finding]:
-    """A claim on the paired difference arm - base at equal iterations, one Finding per eval reward."""
+    """A claim on the paired difference arm - base at equal iterations (the read-out iteration where the spec declares
+    one: ``report.readout_iteration``), one Finding per eval reward."""
+    step = readout_step(tables)
+
     def compute(f, metric):
         if arm and base:
             f.detail = describe(metric) if describe else f"Δ = {arm} - {base}, `{metric}`."
-        return paired_finding(f, paired_difference(tables, model, metric, arm, base) if arm and base else None, missing,
-                              relative=relative, tables=tables, arms=(arm, base))
+            f.detail += _AT_READOUT.format(step=step) if step is not None else ""
+        p = paired_difference(tables, model, metric, arm, base, step=step) if arm and base else None
+        return paired_finding(f, p, missing, relative=relative, tables=tables, arms=(arm, base))
 
     return _each_reward(tables, runs, model, make, compute)
 
@@ -124,6 +153,21 @@ def _did(tables: Tables, model: str, metric: str, arm: str, control: str, final:
     return Paired(paired_ci(matrix, level=tables.options.ci_level), final, float("nan"), float("nan"), seeds)
 
 
+def _peak(curve: pd.Series) -> int | None:
+    """The step of a mean curve's peak before its last reading (after the first), or None where the last reading is
+    the maximum of the curve: then nothing peaked and declined (issue 54: the peak is compared with the last
+    reading, never chosen among the interior points alone)."""
+    interior = curve.iloc[1:-1]
+    if interior.empty or not float(curve.iloc[-1]) < float(interior.max()):
+        return None
+    return int(interior.idxmax())
+
+
+def no_peak(curve: pd.Series, arm: str | None, metric: str) -> str:
+    return (f"No peak: {arm}'s mean `{metric}` is highest at its last reading (step {int(curve.index[-1])}, "
+            f"{float(curve.iloc[-1]):.4f}), so it has not declined from a peak; nothing to test.")
+
+
 def quality_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Finding]:
     from solbench.report.equal_time import paired_equal_time
 
@@ -153,6 +197,24 @@ def quality_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
         "Sol-RL beats DiffusionNFT at equal PROJECTED GPU time", "Table 1 (equal GPU-hours)", TABLE1, unit="abs",
         threshold=0.0), equal_time)
 
+    def measured_time(f, metric):  # issue 54: beside the projection, these runs' own clock (exploratory)
+        from solbench.report.equal_time import MEASURED
+
+        eq = paired_equal_time(tables, model, metric, sol, nft, MEASURED) if sol and nft else None
+        if eq is None:
+            f.detail = "Needs Sol-RL and DiffusionNFT runs with common run seeds and per-sample eval rows."
+            return f
+        p, budgets = eq
+        f.detail = (f"Δ = {sol} - {nft}, `{metric}`, each pair at the MEASURED wall clock both reached "
+                    f"({fmt_num(float(np.mean(budgets)), 1)} s on this machine, mean over seeds); per-sample scores "
+                    "interpolated between evaluations. solbench/report/equal_time.py's table adds the projection at "
+                    "2x, 3x and 4x BF16's rate for FP4.")
+        return paired_finding(f, p, "", tables=tables, arms=(sol, nft))
+
+    out += _each_reward(tables, runs, model, lambda: Finding(
+        "Sol-RL beats DiffusionNFT at equal MEASURED time", "Table 1 (equal GPU-hours, this machine's clock)", TABLE1,
+        unit="abs", threshold=0.0), measured_time)
+
     out += _pair_claim(tables, runs, model, lambda: Finding(
         "Sol-RL matches naive BF16 scaling (non-inferior)", "Table 6",
         "gap -0.29 % (FLUX), -1.08 % (SD3.5-L), +0.11 % (SANA)", unit="rel", threshold=-o.noninferiority_margin),
@@ -161,6 +223,9 @@ def quality_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
                                  f"{o.noninferiority_margin:.0%}."))
     out += _naive_fp4(tables, model, runs, sol, fp4)
     out += _ablation_claims(tables, model, runs)
+    from solbench.report.findings_twin import twin_findings
+
+    out += twin_findings(tables, model, runs)  # issue 54: Sol-RL against its full-precision-preview twin
     return out
 
 
@@ -192,6 +257,19 @@ def _naive_fp4(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, 
     ends = _each_reward(tables, runs, model, lambda: Finding(
         "Naive FP4 ends below Sol-RL (at naive FP4's end)", "Sec. naive FP4", NAIVE_FP4, unit="abs", threshold=0.0,
         direction="less"), at_end)
+    readout = readout_step(tables)
+    if readout is not None:  # the primary, read where the spec declared before the data (report.readout_iteration)
+        def at_readout(f, metric):
+            if not (fp4 and sol):
+                f.detail = "Needs naive FP4 and Sol-RL runs with common run seeds."
+                return f
+            f.detail = f"Δ = {fp4} - {sol}, `{metric}`." + _AT_READOUT.format(step=readout)
+            return paired_finding(f, paired_difference(tables, model, metric, fp4, sol, readout),
+                                  f"No common seeds evaluated at iteration {readout}.", tables=tables, arms=(fp4, sol))
+
+        out += _each_reward(tables, runs, model, lambda: Finding(
+            "Naive FP4 ends below Sol-RL (at the read-out iteration)", "Sec. naive FP4", NAIVE_FP4, unit="abs",
+            threshold=0.0, direction="less"), at_readout)
     same = len(out) == len(ends) and all(a.per_seed and a.per_seed == b.per_seed and a.effect == b.effect
                                          for a, b in zip(out, ends))
     if same:  # one comparison (the arms and step coincide): counted once, as the claim at naive FP4's end
@@ -205,7 +283,10 @@ def _naive_fp4(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, 
         if len(curve) < 3:
             f.detail = "Needs naive FP4 runs with at least 3 evaluations."
             return f
-        final, peak = int(curve.index[-1]), int(curve.iloc[1:-1].idxmax())
+        final, peak = int(curve.index[-1]), _peak(curve)
+        if peak is None:
+            f.detail, f.verdict = no_peak(curve, fp4, metric), INCONCLUSIVE
+            return f
         f.detail = (f"Δ = {fp4} at its final step {final} - at the peak of its mean curve before it (step {peak}), "
                     f"`{metric}`; the peak is chosen on these data, which favours the claim.")
         return paired_finding(f, paired_steps(tables, model, metric, fp4, final, peak), "No naive FP4 run has both steps.",
@@ -229,7 +310,10 @@ def _naive_fp4(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, 
                 f.detail = ("Needs a control arm (Sol-RL or a BF16 method) run to naive FP4's horizon with the same "
                             "seeds, so that a decline can be told from over-optimisation any method shows.")
                 return f
-            final, peak = int(c.index[-1]), int(c.iloc[1:-1].idxmax())
+            final, peak = int(c.index[-1]), _peak(c)
+            if peak is None:
+                f.detail, f.verdict = no_peak(c, fp4, metric), INCONCLUSIVE
+                return f
             f.detail = (f"Δ = [{fp4} step {final} - step {peak}] - [{control} step {final} - step {peak}], `{metric}` "
                         "(steps: naive FP4's final evaluation and its peak on this reward).")
             return paired_finding(f, _did(tables, model, metric, fp4, control, final, peak), "No common seeds.",
@@ -277,8 +361,9 @@ def _ablation_claims(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
             if hi_v == lo_v:
                 f.detail = f"Needs a Sol-RL arm at {axis} <= 6 above the smallest value."
                 return f
-            f.detail = f"Δ = {arms[hi_v]} - {arms[lo_v]}, `{metric}`."
-            return paired_finding(f, paired_difference(tables, model, metric, arms[hi_v], arms[lo_v]),
+            step = readout_step(tables)
+            f.detail = f"Δ = {arms[hi_v]} - {arms[lo_v]}, `{metric}`." + (_AT_READOUT.format(step=step) if step else "")
+            return paired_finding(f, paired_difference(tables, model, metric, arms[hi_v], arms[lo_v], step),
                                   f"No common run seeds between {arms[hi_v]} and {arms[lo_v]}.", tables=tables,
                                   arms=(arms[hi_v], arms[lo_v]))
 

@@ -11,9 +11,17 @@ prompts]: the final policies of the training runs pooled over their run seeds (t
 ``stats.crossed_interval``), and the base model (one checkpoint: a t interval over prompts). The effect is relative,
 (explore - full) / full's mean, judged for non-inferiority with ``noninferiority_margin`` (the paper's NVFP4 images
 score as well as BF16's: +1.25 %, +0.34 %, +0.11 %). shapes_clip, the CLIP score's counterpart, leads the claim;
-every other eval reward gets its own row. The explore copy runs fewer steps than full precision (as Sol-RL explores);
-where a step-budget control (recipe ``none``) measured the same checkpoint, the row also gives the precision's part
-alone: explore copy - full-precision network at the same explore steps, paired per candidate.
+every other eval reward gets its own row.
+
+Issue 54: the paper's Table 4 samples both precisions alike, so its claim here is the precision alone: where a
+step-budget control (recipe ``none``: the full-precision network at the same explore steps, same noise) measured the
+same checkpoint, each candidate's explore-copy score is paired with the control's, (explore copy - control) / the
+control's mean, per checkpoint run seed and prompt, the crossed interval over run seeds and prompts
+(``precision_findings``), at the base model, the read-out policy (the checkpoints at ``report.readout_iteration``) and
+the final policy. The explore copy at its explore steps against full precision at the full steps (step budget and
+precision together, what Sol-RL's preview is) stays, exploratory (``STEP_CLAIM``). Table 8 at the read-out policy
+(``readout_fidelity_findings``) is built here from the same checkpoints (solbench/report/findings_speed.py builds the
+final policy's).
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ from solbench.report.stats import fmt_num, paired_ci
 from solbench.report.tables import Tables
 
 TABLE4 = "NVFP4 vs BF16 CLIP score: FLUX 27.44 vs 27.10 (+1.25 %); SANA 29.53 vs 29.43 (+0.34 %); SD3.5-L 28.37 vs 28.34 (+0.11 %)"
-CLAIM = "Images of the FP4 explore copy score as well as full precision (non-inferior)"
+CLAIM = "Images of the FP4 explore copy score as well as full precision (non-inferior)"  # at the same steps
+STEP_CLAIM = ("Images of the FP4 explore copy at its explore steps score as well as full precision at the full steps "
+              "(step budget and precision, non-inferior)")
 #: the eval reward that stands for the paper's CLIP score
 CLIP_COUNTERPART = "shapes_clip"
 
@@ -50,38 +60,6 @@ def _matrix(pairs: pd.DataFrame, seed_of: dict, column: str = "diff") -> pd.Data
     wide = pairs.pivot_table(index="run_id", columns="prompt_id", values=column, aggfunc="mean")
     wide.index = [seed_of.get(r) if seed_of.get(r) is not None else r for r in wide.index]
     return wide.dropna(axis=1).sort_index(key=lambda idx: idx.map(str))
-
-
-def _precision_only(tables: Tables, info: pd.DataFrame, ids, reward: str) -> str:
-    """'precision alone: explore copy - full precision at the explore steps +x.xx %' from step-budget controls (recipe
-    none) of the same checkpoints; '' without one."""
-    ctrl = info[(info["recipe"] == "none")]
-    mine = info[info["run_id"].isin(list(ids))]
-    pairs = []
-    def key(v) -> str:  # the base model's seed is missing: missing matches missing
-        return "-" if pd.isna(v) else str(v)
-
-    for _, run in mine.iterrows():
-        same = ctrl[(ctrl["checkpoint"] == run["checkpoint"]) & (ctrl["step"].map(key) == key(run["step"]))
-                    & (ctrl["seed"].map(key) == key(run["seed"]))]
-        if same.empty:
-            continue
-        a, b = _pairs(tables, [run["run_id"]]), _pairs(tables, [same["run_id"].iloc[0]])
-        if a.empty or b.empty:
-            continue
-        a, b = a[a["reward_name"] == reward], b[b["reward_name"] == reward]
-        both = a.merge(b, on=["prompt_id", "cand_idx"], suffixes=("", "_ctrl"))
-        if not both.empty:
-            pairs.append(both.assign(diff=both["proxy"] - both["proxy_ctrl"], seed=run["seed"]))
-    if not pairs:
-        return ""
-    both = pd.concat(pairs)
-    m = both.groupby(["seed", "prompt_id"], dropna=False)["diff"].mean().unstack().dropna(axis=1)
-    ci = paired_ci(m.to_numpy(float))
-    scale = float(both["proxy_ctrl"].mean()) or 1.0
-    return (f" The precision alone (explore copy - the full-precision network at the same explore steps, the step-budget "
-            f"control of the same checkpoint{'s' if len(m) > 1 else ''}, same noise): {ci.mean / scale:+.2%} "
-            f"[{ci.lo / scale:+.2%}, {ci.hi / scale:+.2%}].")
 
 
 def table4_findings(tables: Tables, model: str) -> list[Finding]:
@@ -121,8 +99,9 @@ def table4_findings(tables: Tables, model: str) -> list[Finding]:
             full = float(g["full"].mean())
             scale = abs(full) or 1.0
             ci = paired_ci(m.to_numpy(float), level=o.ci_level)
-            f = Finding(f"{CLAIM}, {what}", "Table 4", TABLE4, unit="rel", threshold=-o.noninferiority_margin,
-                        model=model, metric=reward, key=f"table4 {what}", recipe=recipe)
+            f = Finding(f"{STEP_CLAIM}, {what}", "Table 4 (step budget)", TABLE4, unit="rel",
+                        threshold=-o.noninferiority_margin, model=model, metric=reward, key=f"table4 steps {what}",
+                        recipe=recipe)
             f.role = (PAPER_REWARD if reward == CLIP_COUNTERPART else TRAINING if reward in trained else "held-out")
             f.effect, f.lo, f.hi = ci.mean / scale, ci.lo / scale, ci.hi / scale
             f.base_mean = full
@@ -146,6 +125,160 @@ def table4_findings(tables: Tables, model: str) -> list[Finding]:
                                                                  if checkpoint != "base model" and steps else "")
                         + f". Explore copy: {copy}, at the fidelity runs' explore steps against full precision at its "
                         f"full steps (as Sol-RL explores; the paper's Table 4 samples both precisions alike). Non-inferiority "
-                        f"with margin {o.noninferiority_margin:.0%}." + _precision_only(tables, info, ids, reward))
+                        f"with margin {o.noninferiority_margin:.0%}. Exploratory: the paper's Table 4 is the precision "
+                        "alone (the rows of the same checkpoint at the same steps).")
+            f.readout_flag = _checkpoint_flag(tables, info, ids)
             out.append(f.decide())
+    return precision_findings(tables, model, info, primary, trained) + out + readout_fidelity_findings(
+        tables, model, fid, info, primary, trained)
+
+
+def _checkpoint_flag(tables: Tables, info: pd.DataFrame, ids) -> str:
+    """The read-out flag of fidelity checkpoints: the first of them whose training arm is past reward hacking there."""
+    from solbench.report.readout import flag_text
+
+    runs = tables.runs.set_index("run_id")
+    mine = info[info["run_id"].isin(list(ids)) & info["source"].notna()]
+    for _, row in mine.iterrows():
+        arm = runs["arm"].get(str(row["source"]))
+        text = flag_text(tables, str(row["model"]), [arm], row["step"]) if arm is not None else ""
+        if text:
+            return text
+    return ""
+
+
+def checkpoint_groups(tables: Tables, info: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """[(what, fidelity runs)]: the base model, the read-out policy (checkpoints at report.readout_iteration, where
+    declared) and the final policy (where it is not the read-out one)."""
+    from solbench.report.fidelity_steps import BASE
+    from solbench.report.readout import readout_step
+
+    step = readout_step(tables)
+    trained = info[info["checkpoint"] != BASE]
+    groups = [("base model", info[info["checkpoint"] == BASE])]
+    at = trained[trained["step"] == step] if step is not None else trained.iloc[0:0]
+    groups.append(("read-out policy", at))
+    final = trained[trained["final"] & ~trained["run_id"].isin(at["run_id"])]
+    groups.append(("final policy", final))
+    return [(what, g) for what, g in groups if len(g)]
+
+
+def _covers(what: str, n_seeds: int, n_prompts: int) -> tuple[str, bool]:
+    """(what a [seeds, prompts] interval covers, whether it is prompts only)."""
+    if what == "base model":
+        return f"prompts ({n_prompts}), t interval over prompts; the base model (one checkpoint, no run seeds)", False
+    if n_seeds >= 3:
+        return f"checkpoints of {n_seeds} run seeds crossed with {n_prompts} prompts, both random", False
+    return (f"eval prompts only ({n_prompts} prompts x {n_seeds} checkpoint{'s' if n_seeds > 1 else ''}): seed-to-seed "
+            "variance not estimated", True)
+
+
+def precision_findings(tables: Tables, model: str, info: pd.DataFrame, primary: str | None,
+                       trained: set[str]) -> list[Finding]:
+    """Table 4 at precision alone (the module docstring): per recipe, checkpoint group and eval reward."""
+    from solbench.report.explore import explore_text
+
+    o = tables.options
+    control = info[info["recipe"] == "none"]
+    if control.empty:
+        return []
+
+    def key(v) -> str:  # the base model's seed and a missing step match their like
+        return "-" if pd.isna(v) else str(v)
+
+    out: list[Finding] = []
+    fid = tables.fidelity_runs
+    for what, group in checkpoint_groups(tables, info):
+        for recipe in sorted(set(group["recipe"]) - {"none"}, key=lambda r: (r != primary, r)):
+            label = what + (f", {recipe}" if recipe != primary else "")
+            pairs = []
+            for _, run in group[group["recipe"] == recipe].iterrows():
+                same = control[(control["checkpoint"] == run["checkpoint"]) & (control["step"].map(key) == key(run["step"]))
+                               & (control["seed"].map(key) == key(run["seed"]))]
+                if same.empty:
+                    continue
+                a, b = _pairs(tables, [run["run_id"]]), _pairs(tables, [same["run_id"].iloc[0]])
+                if a.empty or b.empty:
+                    continue
+                both = a.merge(b, on=["prompt_id", "cand_idx", "reward_name"], suffixes=("", "_ctrl"))
+                pairs.append(both.assign(diff=both["proxy"] - both["proxy_ctrl"], seed=key(run["seed"]),
+                                         source=run["run_id"]))
+            if not pairs:
+                continue
+            both = pd.concat(pairs, ignore_index=True)
+            rewards = [r for r in dict.fromkeys(both["reward_name"]) if r != "total"] or ["total"]
+            rewards.sort(key=lambda r: (r != CLIP_COUNTERPART, r not in trained))
+            copy = explore_text(fid[fid["p_quant.recipe"].astype(str) == recipe], with_share=fid)
+            for reward in rewards:
+                g = both[both["reward_name"] == reward]
+                m = g.pivot_table(index="seed", columns="prompt_id", values="diff", aggfunc="mean").dropna(axis=1)
+                if m.size < 2:
+                    continue
+                ctrl_mean = float(g["proxy_ctrl"].mean())
+                scale = abs(ctrl_mean) or 1.0
+                ci = paired_ci(m.to_numpy(float), level=o.ci_level)
+                f = Finding(f"{CLAIM}, {label}", "Table 4", TABLE4, unit="rel", threshold=-o.noninferiority_margin,
+                            model=model, metric=reward, key=f"table4 {label}", recipe=recipe)
+                f.role = PAPER_REWARD if reward == CLIP_COUNTERPART else TRAINING if reward in trained else "held-out"
+                f.effect, f.lo, f.hi = ci.mean / scale, ci.lo / scale, ci.hi / scale
+                f.base_mean = ctrl_mean
+                f.components = ci.components.scaled(scale) if ci.components is not None else None
+                f.covers, f.prompts_only = _covers(what, m.shape[0], m.shape[1])
+                f.per_seed = pd.Series(m.mean(axis=1).to_numpy() / scale, index=m.index.map(str)).round(6).to_json()
+                steps = sorted({int(s) for s in group["step"].dropna()}) if what != "base model" else []
+                f.detail = (f"Δ = (explore copy - full precision) / full precision's mean, `{reward}`, both at the "
+                            "fidelity runs' explore steps from the same noise on the same prompts (the step-budget "
+                            f"control, recipe none, of the same checkpoint{'s' if m.shape[0] > 1 else ''}): means "
+                            f"{fmt_num(float(g['proxy'].mean()))} vs {fmt_num(ctrl_mean)}, {len(g)} image pairs; "
+                            f"{what}" + (f" (step {', '.join(map(str, steps))})" if steps else "")
+                            + f", {m.shape[0]} checkpoint(s). Explore copy: {copy}. The paper's Table 4 (both precisions "
+                            f"sampled alike); non-inferiority with margin {o.noninferiority_margin:.0%}.")
+                f.readout_flag = _checkpoint_flag(tables, info, set(both["source"]))
+                out.append(f.decide())
+    return out
+
+
+def readout_fidelity_findings(tables: Tables, model: str, fid: pd.DataFrame, info: pd.DataFrame, primary: str | None,
+                              trained: set[str]) -> list[Finding]:
+    """Table 8 at the read-out policy: the final policy's claim (findings_speed.fidelity_findings) on the checkpoints
+    at report.readout_iteration, per NVFP4 recipe and reward; none without a declared read-out iteration."""
+    from solbench.report.fidelity import group_fidelity, pair_candidates
+    from solbench.report.fidelity_steps import fidelity_levels
+    from solbench.report.findings_speed import PAPER_T8, _judge_width
+
+    o = tables.options
+    at = dict(checkpoint_groups(tables, info)).get("read-out policy")
+    if at is None:
+        return []
+    at = at[at["recipe"].str.startswith("nvfp4")]
+    cand = tables.candidates[tables.candidates["run_id"].isin(at["run_id"])]
+    if cand.empty:
+        return []
+    groups = group_fidelity(pair_candidates(cand), tuple(o.top_k))
+    if groups.empty or "kind" not in groups:
+        return []
+    groups = groups[groups["kind"] == "all seeds"]
+    if "reward_name" not in groups or groups["reward_name"].isna().all():
+        groups = groups.assign(reward_name="")
+    out = []
+    for recipe, runs in sorted(at.groupby("recipe"), key=lambda kv: (kv[0] != primary, kv[0])):
+        what = "read-out policy" + (f", {recipe}" if recipe != primary else "")
+        g_what = groups[groups["run_id"].isin(runs["run_id"])]
+        rewards = sorted((r for r in dict.fromkeys(g_what["reward_name"]) if r != "total"), key=lambda r: r not in trained)
+        for i, reward in enumerate(rewards or ["total"]):
+            lv = fidelity_levels(g_what[g_what["reward_name"] == reward], info, runs["run_id"], o.ci_level)
+            if lv is None:
+                continue
+            f = Finding(f"FP4 explore ranks seeds almost as BF16 does (all-seeds Spearman ρ, {what})", "Table 8", PAPER_T8,
+                        unit="rho", threshold=o.fidelity_reference - o.fidelity_margin, model=model,
+                        key=f"table8 {what}", metric=reward,
+                        role=TRAINING if (reward in trained or (i == 0 and not trained)) else "held-out")
+            f.effect, f.lo, f.hi, f.covers = lv["mean"], lv["lo"], lv["hi"], f"{lv['covers']}; {lv['constant']} constant"
+            f.recipe, f.components, f.prompts_only = recipe, lv["components"], lv["n_seeds"] < 3
+            steps = sorted({int(s) for s in runs["step"].dropna()})
+            f.detail = (f"Non-inferiority to the paper's ρ {o.fidelity_reference:g} with margin {o.fidelity_margin:g}, "
+                        f"at the read-out policy (the checkpoints at step {', '.join(map(str, steps))}, "
+                        "report.readout_iteration).")
+            f.readout_flag = _checkpoint_flag(tables, info, runs["run_id"])
+            out.append(_judge_width(f.decide(), o))
     return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from solbench.report.plotting import arm_styles, headline_arms, int_ticks, new_figure
+from solbench.report.readout import hacked_arms_table
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import clip_ci, fmt_bounded_ci, mean_ci
 from solbench.report.tables import Tables
@@ -38,8 +39,8 @@ def reward_hacking(tables: Tables):
     """Objects the policy draws beyond what each eval prompt asks, per method and step (the rewards never penalise them)."""
     rows = extra_object_rows(tables)
     if rows.empty:
-        return Note("Reward hacking", "No eval_check rows (extra_objects): these runs predate the check, or their "
-                    "eval rewards carry no object detector (only the shapes world's do).")
+        return [Note("Reward hacking", "No eval_check rows (extra_objects): these runs predate the check, or their "
+                     "eval rewards carry no object detector (only the shapes world's do)."), hacked_arms_table(tables)]
     level = tables.options.ci_level
     per_run = rows.groupby(["model", "arm", "seed", "run_id", "step"]).agg(
         extra=("value", "mean"), with_extra=("value", lambda v: float((v > 0).mean())),
@@ -70,7 +71,7 @@ def reward_hacking(tables: Tables):
             "'at least' and so never penalise. Step 0 is the base model: a count rising above it while the training "
             "reward rises is reward hacking."), display=pd.DataFrame(display)))
         outputs.append(_figure(tables, model, runs, data))
-    return outputs
+    return outputs + [hacked_arms_table(tables)]  # issue 54: which arms are past reward hacking, and from where
 
 
 def _figure(tables: Tables, model: str, runs: pd.DataFrame, data: pd.DataFrame) -> Figure:

@@ -368,16 +368,26 @@ def ratio_ci(base, target, level: float = 0.95) -> tuple[float, float]:
     log ratio with the delta-method standard error sqrt(s_b^2 / (n_b m_b^2) + s_t^2 / (n_t m_t^2)) and Welch's
     degrees of freedom, exponentiated. (NaN, NaN) with fewer than two seeds in an arm: a percentile bootstrap over
     2-3 seeds undercovers (docs/reports.md), so none is given."""
+    ratio, se, df = ratio_t(base, target)
+    if math.isnan(ratio):
+        return math.nan, math.nan
+    if se == 0:
+        return math.exp(ratio), math.exp(ratio)
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    return math.exp(ratio - half), math.exp(ratio + half)
+
+
+def ratio_t(base, target) -> tuple[float, float, float]:
+    """(log of mean(base) / mean(target), its delta-method standard error, Welch's degrees of freedom): the t
+    statistic of ``ratio_ci`` (NaNs with fewer than two seeds in an arm; SE 0 and df NaN without spread)."""
     b, t = np.asarray(base, dtype=float), np.asarray(target, dtype=float)
     if len(b) < 2 or len(t) < 2 or b.mean() <= 0 or t.mean() <= 0:
-        return math.nan, math.nan
+        return math.nan, math.nan, math.nan
     vb, vt = b.var(ddof=1) / (len(b) * b.mean() ** 2), t.var(ddof=1) / (len(t) * t.mean() ** 2)
     ratio = math.log(b.mean() / t.mean())
     if vb + vt == 0:
-        return math.exp(ratio), math.exp(ratio)
-    df = (vb + vt) ** 2 / (vb ** 2 / (len(b) - 1) + vt ** 2 / (len(t) - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(vb + vt)
-    return math.exp(ratio - half), math.exp(ratio + half)
+        return ratio, 0.0, math.nan
+    return ratio, math.sqrt(vb + vt), (vb + vt) ** 2 / (vb ** 2 / (len(b) - 1) + vt ** 2 / (len(t) - 1))
 
 
 #: The verdicts of the Findings section (docs/reports.md, "Findings"). PROJECTION: a value that follows
