@@ -122,17 +122,6 @@ class ReportOptions:
         from solbench.report.readout import check_options
 
         check_options(self)
-    # Declared before the data (issue 54, solbench.report.readout): the iteration the primary claims are read at
-    # (None: each claim's last common evaluation), how it was chosen (required with it), and the fall of a held-out
-    # reward from its peak (a fraction of the peak) past which a reading is flagged as reward-hacked
-    readout_iteration: int | None = None
-    readout_note: str = ""
-    hacking_drop: float = 0.05
-
-    def __post_init__(self) -> None:
-        from solbench.report.readout import check_options
-
-        check_options(self)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any] | None, where: str = "report") -> "ReportOptions":
