@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from solbench.config import RunConfig
 from solbench.results import RunStore
@@ -66,3 +67,51 @@ def seeded_cell_run(cfg: RunConfig, store: RunStore, progress=None) -> dict:
             evaluate(step)
         store.save_checkpoint(step, {"step": step})
     return {"steps": cfg.iterations}
+
+
+# The cell tests' spec: Sol-RL runs of 4 iterations evaluated every 2 on 4 prompts, the sweep block given by each test.
+SPEC = """
+name: NAME
+launch: LAUNCH
+base:
+  model: {name: tiny}
+  rewards: {shapes_geneval: 1.0}
+  prompts_per_iter: 2
+  iterations: 4
+  eval: {every: 2, prompts: shapes/eval, n_prompts: 4, seeds_per_prompt: 1, rewards: [shapes_geneval]}
+matrix:
+  method: [sol_rl]
+  seed: [0]
+sweep:
+  SWEEP
+"""
+
+
+def write_spec(path: Path, sweep: str, launch: str = "local") -> Path:
+    """Write the cell tests' spec named after ``path`` with the sweep block ``sweep``; returns ``path``."""
+    import textwrap
+
+    block = textwrap.indent(textwrap.dedent(sweep).strip(), "  ").lstrip()
+    path.write_text(textwrap.dedent(SPEC).replace("NAME", path.stem).replace("LAUNCH", launch).replace("SWEEP", block))
+    return path
+
+
+def run_dirs(results: Path, name: str) -> list[Path]:
+    """The run folders of experiment ``name``."""
+    root = results / name
+    return [p for p in root.iterdir() if (p / "spec.json").exists()] if root.exists() else []
+
+
+def sweep_child(spec_path: Path, results: Path, *, workers: int | None = None, step_s: float = 0.25,
+                poll_s: float = 0.2):
+    """A `Sweep` of ``spec_path`` running ``seeded_cell_run`` in a child process (for the tests that kill it)."""
+    import subprocess
+    import sys
+
+    tests = str(Path(__file__).resolve().parent)
+    code = (f"import sys; sys.path.insert(0, {tests!r})\n"
+            "from solbench.spec import load_spec\nfrom solbench.sweep import Sweep\n"
+            f"Sweep(load_spec({str(spec_path)!r}), {str(results)!r}, run_fn='_sweep_runfns:seeded_cell_run', "
+            f"sys_path=[{tests!r}], poll_s={poll_s}, workers={workers!r}).run()\n")
+    env = {**os.environ, "SOLBENCH_TEST_STEP_S": str(step_s)}
+    return subprocess.Popen([sys.executable, "-c", code], cwd=Path(tests).parent, env=env)

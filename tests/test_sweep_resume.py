@@ -10,67 +10,38 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from _sweep_runfns import cell_base
+from _sweep_runfns import cell_base, run_dirs, sweep_child, write_spec
 from solbench.results import RunStore
 from solbench.spec import load_spec
 from solbench.sweep import Sweep
 
 TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
 RUN_FN = "_sweep_runfns:seeded_cell_run"
 
-SPEC = """
-name: resume
-launch: local
-base:
-  model: {name: tiny}
-  rewards: {shapes_geneval: 1.0}
-  prompts_per_iter: 2
-  iterations: 4
-  eval: {every: 2, prompts: shapes/eval, n_prompts: 4, seeds_per_prompt: 1, rewards: [shapes_geneval]}
-matrix:
-  method: [sol_rl]
-  seed: [0]
-sweep:
-  trials: 4
-  parallel: PARALLEL
-  sampler: grid
-  storage: journal
-  pruner: {kind: none}
-  params: {n: {choices: [4, 8]}, k: {choices: [2, 4]}}
+SWEEP = """
+trials: 4
+parallel: PARALLEL
+sampler: grid
+storage: journal
+pruner: {kind: none}
+params: {n: {choices: [4, 8]}, k: {choices: [2, 4]}}
 """
-
-
-def _run_dirs(results: Path) -> list[Path]:
-    return [p for p in (results / "resume").iterdir() if (p / "spec.json").exists()] if (results / "resume").exists() else []
 
 
 def _kill_mid_cell(spec_path: Path, results: Path, workers: int, seeds_started: int) -> dict[str, bool]:
     """Start the sweep in a child process and kill -9 it once ``seeds_started`` runs started and one of the runs
     that has not finished holds a checkpoint (the middle of a cell); run id -> whether it held a checkpoint."""
-    code = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(TESTS)!r})
-        from solbench.spec import load_spec
-        from solbench.sweep import Sweep
-        Sweep(load_spec({str(spec_path)!r}), {str(results)!r}, run_fn={RUN_FN!r}, sys_path=[{str(TESTS)!r}],
-              poll_s=0.2, workers={workers}).run()
-    """)
-    env = {**os.environ, "SOLBENCH_TEST_STEP_S": "0.25"}
-    child = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env)
+    child = sweep_child(spec_path, results, workers=workers)
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
             assert child.poll() is None, "the sweep ended before it could be killed"
-            dirs = _run_dirs(results)
+            dirs = run_dirs(results, "resume")
             started = [d for d in dirs if (d / "starts.txt").exists()]
             mid = [d for d in started if RunStore(d, d.name).read_status()["state"] == "running"
                    and RunStore(d, d.name).latest_checkpoint() is not None]
@@ -80,7 +51,7 @@ def _kill_mid_cell(spec_path: Path, results: Path, workers: int, seeds_started: 
         else:
             raise AssertionError("no run reached the middle of a cell in 120 s")
     finally:
-        held = {d.name: RunStore(d, d.name).latest_checkpoint() is not None for d in _run_dirs(results)}
+        held = {d.name: RunStore(d, d.name).latest_checkpoint() is not None for d in run_dirs(results, "resume")}
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
     return held
@@ -92,8 +63,7 @@ def test_a_sweep_killed_mid_cell_covers_every_grid_cell_once_after_a_restart(tmp
     ("run ... is done: reused": GridSampler numbers its first trials' grid points through a permutation seeded by
     the sampler seed, which the resume had moved on by the trials held), never ran one cell and still printed
     "4 trials counted (4 complete)"."""
-    spec_path = tmp_path / "resume.yaml"
-    spec_path.write_text(textwrap.dedent(SPEC).replace("PARALLEL", str(parallel)))
+    spec_path = write_spec(tmp_path / "resume.yaml", SWEEP.replace("PARALLEL", str(parallel)))
     results = tmp_path / "results"
     held = _kill_mid_cell(spec_path, results, workers, seeds_started=2)
 
@@ -108,7 +78,7 @@ def test_a_sweep_killed_mid_cell_covers_every_grid_cell_once_after_a_restart(tmp
     for t in trials:
         assert t.user_attrs["seeds"] == [0, 1, 2] and len(t.user_attrs["seed_values"]) == 3  # no seed lost
         assert t.value == pytest.approx(cell_base(t.params["n"], t.params["k"]))
-    dirs = _run_dirs(results)
+    dirs = run_dirs(results, "resume")
     assert len(dirs) == 12  # 4 cells x 3 seeds, no run of another cell
     resumed = 0
     for d in dirs:

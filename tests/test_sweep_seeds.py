@@ -8,8 +8,6 @@ far below), and its training clock advances 0.5 + n/8 + k/4 s a step, so every n
 
 from __future__ import annotations
 
-import math
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +15,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from _sweep_runfns import PROMPT_EFFECT, SEED_EFFECT, cell_base, iteration_seconds
+from _sweep_runfns import PROMPT_EFFECT, SEED_EFFECT, cell_base, iteration_seconds, write_spec
 from solbench.errors import ConfigError
 from solbench.report.stats import crossed_interval
 from solbench.results import RunStore
@@ -27,27 +25,8 @@ from solbench.sweep import Sweep, open_study
 TESTS = Path(__file__).resolve().parent
 RUN_FN = "_sweep_runfns:seeded_cell_run"
 
-SPEC = """
-name: seeds
-launch: local
-base:
-  model: {name: tiny}
-  rewards: {shapes_geneval: 1.0}
-  prompts_per_iter: 2
-  iterations: 4
-  eval: {every: 2, prompts: shapes/eval, n_prompts: 4, seeds_per_prompt: 1, rewards: [shapes_geneval]}
-matrix:
-  method: [sol_rl]
-  seed: [0]
-sweep:
-  SWEEP
-"""
-
-
 def make_spec(tmp_path: Path, sweep: str):
-    path = tmp_path / "seeds.yaml"
-    path.write_text(textwrap.dedent(SPEC).replace("SWEEP", textwrap.indent(textwrap.dedent(sweep).strip(), "  ").lstrip()))
-    return load_spec(path)
+    return load_spec(write_spec(tmp_path / "seeds.yaml", sweep))
 
 
 def sweep(spec, results, **kwargs):

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from datetime import datetime
 from pathlib import Path
@@ -19,42 +16,24 @@ from pathlib import Path
 import pytest
 
 from _slurm import slurm_up
-from _sweep_runfns import cell_base
+from _sweep_runfns import cell_base, run_dirs, sweep_child, write_spec
 from solbench.results import RunStore
 from solbench.spec import load_spec
 from solbench.sweep import Sweep
 
 TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
 RUN_FN = "_sweep_runfns:seeded_cell_run"
 SLURM_UP, SLURM_WHY = slurm_up()
 
-SPEC = """
-name: fanout
-launch: debug
-base:
-  model: {name: tiny}
-  rewards: {shapes_geneval: 1.0}
-  prompts_per_iter: 2
-  iterations: 4
-  eval: {every: 2, prompts: shapes/eval, n_prompts: 4, seeds_per_prompt: 1, rewards: [shapes_geneval]}
-matrix:
-  method: [sol_rl]
-  seed: [0]
-sweep:
-  trials: 3
-  parallel: 2
-  seeds_per_cell: 3
-  sampler: grid
-  storage: journal
-  pruner: {kind: none}
-  params: {n: {choices: [4, 8, 16]}, k: {choices: [2]}}
+SWEEP = """
+trials: 3
+parallel: 2
+seeds_per_cell: 3
+sampler: grid
+storage: journal
+pruner: {kind: none}
+params: {n: {choices: [4, 8, 16]}, k: {choices: [2]}}
 """
-
-
-def _run_dirs(results: Path) -> list[Path]:
-    root = results / "fanout"
-    return [p for p in root.iterdir() if (p / "spec.json").exists()] if root.exists() else []
 
 
 def _span(store: RunStore) -> tuple[float, float]:
@@ -68,24 +47,14 @@ def _span(store: RunStore) -> tuple[float, float]:
 def test_two_cells_train_at_once_on_slurm_and_a_killed_sweep_resumes_without_running_a_cell_twice(tmp_path):
     """Bug caught: a sweep on Slurm ran one run per trial (no seeds), and a sweep process killed while its jobs
     trained could submit the cut-off cell's runs again or lose its seeds."""
-    spec_path = tmp_path / "fanout.yaml"
-    spec_path.write_text(textwrap.dedent(SPEC))
+    spec_path = write_spec(tmp_path / "fanout.yaml", SWEEP, launch="debug")
     results = tmp_path / "results"
-    code = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(TESTS)!r})
-        from solbench.spec import load_spec
-        from solbench.sweep import Sweep
-        Sweep(load_spec({str(spec_path)!r}), {str(results)!r}, run_fn={RUN_FN!r}, sys_path=[{str(TESTS)!r}],
-              poll_s=0.5).run()
-    """)
-    env = {**os.environ, "SOLBENCH_TEST_STEP_S": "1.5"}  # inherited by the jobs: about 6 s of training a run
-    child = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env)
+    child = sweep_child(spec_path, results, step_s=1.5, poll_s=0.5)  # the jobs inherit 1.5 s a step
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline:
             assert child.poll() is None, "the sweep ended before it could be killed"
-            training = [d for d in _run_dirs(results) if RunStore(d, d.name).latest_checkpoint() is not None
+            training = [d for d in run_dirs(results, "fanout") if RunStore(d, d.name).latest_checkpoint() is not None
                         and RunStore(d, d.name).read_status()["state"] == "running"]
             if training:
                 break
@@ -95,7 +64,7 @@ def test_two_cells_train_at_once_on_slurm_and_a_killed_sweep_resumes_without_run
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
-    assert len(_run_dirs(results)) == 6  # the two cells in flight, 3 seeds each, submitted before the kill
+    assert len(run_dirs(results, "fanout")) == 6  # the two cells in flight, 3 seeds each, submitted before the kill
 
     events: list[str] = []
     os.environ["SOLBENCH_TEST_STEP_S"] = "1.5"
@@ -111,7 +80,7 @@ def test_two_cells_train_at_once_on_slurm_and_a_killed_sweep_resumes_without_run
     for t in trials:
         assert t.user_attrs["seeds"] == [0, 1, 2] and len(t.user_attrs["seed_values"]) == 3
         assert t.value == pytest.approx(cell_base(t.params["n"], 2))
-    dirs = _run_dirs(results)
+    dirs = run_dirs(results, "fanout")
     assert len(dirs) == 9
     for d in dirs:
         assert (d / "starts.txt").read_text().split() == ["1"]  # each run trained once, by one job
