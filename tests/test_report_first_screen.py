@@ -222,7 +222,7 @@ def test_link_terms_leaves_code_links_and_headings_alone():
     text = "# mde\n`mde` and [mde](x.md) then mde and mde again"
     assert link_terms(text) == "# mde\n`mde` and [mde](x.md) then [mde](glossary.md#mde) and mde again"
     assert {t.anchor for t in TERMS} >= {"verdict-rule", "interval-kinds", "mde", "crossed-design", "satterthwaite",
-                                         "recipe", "backend", "dose", "projection", "x0_rel_dist", "phi", "dagger",
+                                         "recipe", "backend", "dose", "projection", "x0-rel-dist", "phi", "dagger",
                                          "units"}
 
 

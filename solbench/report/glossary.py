@@ -61,7 +61,7 @@ TERMS: tuple[Term, ...] = (
          "The dose-response compares naive FP4 with Sol-RL on explore copies of growing error; the dose of a copy is "
          "its sample error x0_rel_dist. If training on low-precision samples is what hurts naive FP4, its gap to "
          "Sol-RL grows with the dose."),
-    Term("x0_rel_dist", "x0_rel_dist", r"\bx0_rel_dist\b",
+    Term("x0_rel_dist", "x0-rel-dist", r"\bx0_rel_dist\b",
          "The explore copy's sample error: the distance between the images (x0) the explore copy and the full-"
          "precision policy draw from the same noise, over the spread of the full-precision samples (0: identical)."),
     Term("projection", "projection", r"\bPROJECT(?:ION|ED)\b|\bprojections?\b|\bprojected\b",
