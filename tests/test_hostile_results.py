@@ -92,7 +92,8 @@ def test_a_stored_weights_path_outside_is_refused_and_paths_inside_or_given_are_
     config.model.path, config.eval.prompts = str(shared / "weights"), str(shared.parent / "prompts.txt")
     assert _outside(config, shared, given=()) is None
     assert _outside(config, run_dir, given=()).startswith("eval.prompts ")
-    config.model.path, config.eval.prompts, config.model.checkpoint = None, "shapes/eval", "/elsewhere/SANA_LinearFFN.pth"
+    config.model.path, config.eval.prompts = None, "shapes/eval"
+    config.model.checkpoint = "/elsewhere/SANA_LinearFFN.pth"
     assert _outside(config, run_dir, given=()).startswith("model.checkpoint '/elsewhere/SANA_LinearFFN.pth'")
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from solbench.commands._common import (add_results_argument, add_spec_argument, console, experiment_dir,
-                                       print_corrupt_lines, print_damaged)
+from solbench.commands._common import (add_max_runs_argument, add_results_argument, add_spec_argument, console,
+                                       experiment_dir, load_spec_of, print_corrupt_lines, print_damaged)
 from solbench.results import collect
-from solbench.spec import load_spec
 
 HELP = "merge an experiment's run results into parquet tables (runs, metrics, timings, candidates)"
 
@@ -15,10 +14,11 @@ def add_arguments(parser) -> None:
     add_results_argument(parser)
     parser.add_argument("--all", action="store_true",
                         help="collect every run folder of the experiment, also runs the spec no longer lists")
+    add_max_runs_argument(parser)
 
 
 def main(args) -> int:
-    spec = load_spec(args.spec)
+    spec = load_spec_of(args)
     result = collect(experiment_dir(spec, args.results), None if args.all else [r.run_id for r in spec.runs])
     print_collect(result, args.spec)
     print_damaged(console(), result.damaged, args.spec)

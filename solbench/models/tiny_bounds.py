@@ -33,7 +33,8 @@ MAX_CONFIG_BYTES = 1024 * 1024
 def estimated_parameters(sizes: dict[str, Any]) -> int:
     """Parameters of the transformer and text encoder a config of these ``sizes`` builds (every BOUNDS key,
     and ``vocabulary``: the words, or their number)."""
-    d, hd, t = sizes["num_attention_heads"] * sizes["attention_head_dim"], sizes["attention_head_dim"], sizes["text_dim"]
+    hd, t = sizes["attention_head_dim"], sizes["text_dim"]
+    d = sizes["num_attention_heads"] * hd  # the transformer's width
     c, f = sizes["channels"] * sizes["patch_size"] ** 2, 4 * d  # a token's channels; the MLP width (ratio 4)
     double = 2 * (6 * d * d + 6 * d) + 8 * (d * d + d) + 4 * hd + 2 * (2 * d * f + f + d)  # adaLN x2, attention, MLP x2
     single = (3 * d * d + 3 * d) + (d * f + f) + 3 * (d * d + d) + ((d + f) * d + d) + 2 * hd

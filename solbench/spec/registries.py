@@ -78,8 +78,8 @@ def is_prompt_path(name: str) -> bool:
 #: The prompt files the shipped real-model specs name, and the command that fetches each (docs/real-models.md,
 #: "Prompt sets": FlowGRPO's PickScore split).
 FETCH_COMMANDS = {
-    f"data/pickscore/{split}.txt": f"mkdir -p data/pickscore && curl -fL -o data/pickscore/{split}.txt "
-                                   f"https://raw.githubusercontent.com/yifan123/flow_grpo/main/dataset/pickscore/{split}.txt"
+    f"data/pickscore/{split}.txt": (f"mkdir -p data/pickscore && curl -fL -o data/pickscore/{split}.txt https://"
+                                    f"raw.githubusercontent.com/yifan123/flow_grpo/main/dataset/pickscore/{split}.txt")
     for split in ("train", "test")
 }
 

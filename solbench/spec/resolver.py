@@ -464,7 +464,6 @@ class _Resolver:
                 fail("finetune.grad_accum", f"{cfg.finetune.grad_accum} does not divide the {n_micro} micro-batches "
                                             f"per iteration ({per_rank} samples / micro_batch_size {micro})")
 
-
     def _prompt_file_problem(self, name: str, grammar_rewards: list[str]) -> str | None:
         """Why prompt file ``name`` cannot serve a run that scores it with ``grammar_rewards`` (None when it
         can): it does not decode, or one of its prompts is outside the shapes grammar those rewards parse.

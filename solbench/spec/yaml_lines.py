@@ -7,8 +7,8 @@ and ``_nearest_line`` turn a key path into the ``key.path`` and the file line th
 A spec comes from anyone, so reading one is bounded before it can take the machine, each bound one line naming
 it and the line it was crossed at: the file's size (``MAX_SPEC_BYTES``, checked before it is read: PyYAML reads
 about 50 KiB a second), its nodes with every alias expanded (``MAX_SPEC_NODES``, counted by ``_SpecLoader`` as
-the nodes are built, so a "billion laughs" file of nine levels of ten aliases is refused at its tenth thousand
-nodes, not after building its billion) and its nesting (``MAX_SPEC_DEPTH``, before Python's recursion limit).
+the nodes are built, so a "billion laughs" file of nine levels of ten aliases is refused once its count passes
+the bound, not after building its billion) and its nesting (``MAX_SPEC_DEPTH``, before Python's recursion limit).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from solbench.errors import ConfigError
 #: Bytes a spec (or launch profile, provenance table) file may have: the largest shipped one has 43 KiB.
 MAX_SPEC_BYTES = 128 * 1024
 #: YAML nodes a spec may hold with every alias expanded (what the schema, the checks and the line index walk);
-#: the largest shipped one has about 3,000.
+#: the largest shipped one (a provenance table) has about 2,900.
 MAX_SPEC_NODES = 100_000
-#: Levels a spec may nest mappings and lists (the shipped ones nest 4).
+#: Levels a spec may nest mappings and lists (the shipped ones nest 6 at most).
 MAX_SPEC_DEPTH = 64
 
 
@@ -67,7 +67,7 @@ class _SpecLoader(yaml.SafeLoader):
         self._depth += 1
         if self._depth > MAX_SPEC_DEPTH:
             raise _BoundCrossed(mark, f"nested more than {MAX_SPEC_DEPTH} levels deep (the bound on a spec's "
-                                      "nesting; the shipped specs nest 4)")
+                                      "nesting; the shipped specs nest 6 at most)")
         before = self._expanded
         node = super().compose_node(parent, index)
         self._depth -= 1
@@ -79,7 +79,7 @@ class _SpecLoader(yaml.SafeLoader):
         self._expanded += nodes
         if self._expanded > MAX_SPEC_NODES:
             raise _BoundCrossed(mark, f"more than {MAX_SPEC_NODES:,} YAML nodes with its aliases expanded (the "
-                                      "bound on a spec's size; the shipped specs have a few thousand): an alias "
+                                      "bound on a spec's size; the shipped ones have 3,000 at most): an alias "
                                       "here names too much (nested aliases multiply)")
 
 
