@@ -132,3 +132,22 @@ def test_an_undecided_trend_says_how_many_seeds_would_decide_it():
     sentence = answer_sentence(cells, info, [trend], "10 iterations")
     assert "no single (N, K) is best" in sentence
     assert f"about {int(trend['seeds_needed'])} run seeds per cell would detect a difference this size" in sentence
+
+
+def test_a_study_read_from_its_storage_gives_each_cell_its_seed_runs(tmp_path):
+    """Bug caught: without trials.parquet the report read one run_id per trial from the storage and pooled no seeds."""
+    import optuna
+
+    from solbench.report.sweep_cells import _run_ids
+    from solbench.report.sweep_io import load_trials
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    (tmp_path / "sweep").mkdir()
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'sweep' / 'optuna.db'}",
+                                direction="maximize")
+    trial = study.ask({"n": optuna.distributions.CategoricalDistribution([4])})
+    trial.set_user_attr("run_ids", ["a1", "b2", "c3"])
+    trial.set_user_attr("run_id", "a1")
+    study.tell(trial, 0.5)
+    trials, _ = load_trials(tmp_path / "sweep")
+    assert trials.loc[0, "run_ids"] == "a1; b2; c3" and _run_ids(trials) == ["a1", "b2", "c3"]

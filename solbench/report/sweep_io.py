@@ -10,7 +10,9 @@ Two forms are accepted, the first found wins:
    JournalStorage). Every study in it is read with ``study.trials_dataframe()``; a ``study`` column
    tells them apart.
 
-The result is normalised to bare parameter names (the ``params_`` prefix removed).
+The result is normalised to bare parameter names (the ``params_`` prefix removed); a study read from its storage
+gets the ``run_ids``, ``seeds`` and ``seed_values`` of its cells from the trials' user attributes, as
+trials.parquet has them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ _JOURNAL = (".log", ".journal", ".jsonl")
 
 def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.rename(columns={c: c[len("params_"):] for c in frame.columns if c.startswith("params_")})
+    for name in ("run_id", "run_ids", "seeds", "seed_values"):  # a study read from its storage: a cell's runs
+        attr = f"user_attrs_{name}"
+        if name not in frame.columns and attr in frame.columns:
+            frame[name] = frame[attr].map(lambda v: "; ".join(map(str, v)) if isinstance(v, (list, tuple)) else v)
     if "value" not in frame.columns:
         raise SolbenchError(f"sweep trials table has no 'value' column (columns: {list(frame.columns)})")
     if "state" in frame.columns:

@@ -51,6 +51,8 @@ class Objective:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConfigError(f"sweep.objective.kind: {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.clock not in ("projected", "measured"):
+            raise ConfigError(f"sweep.objective.clock: {self.clock!r} is not projected or measured")
         if self.kind == "reward_at_budget" and not (self.budget_s and self.budget_s > 0):
             raise ConfigError("sweep.objective: kind reward_at_budget needs budget_s (seconds of training, > 0)")
         if self.kind == "time_to_target" and self.target is None:
