@@ -24,17 +24,18 @@ seeds. Each seed resolves through ``ExperimentSpec.resolve`` into a RunConfig, w
 run lives in ``results/<experiment>/<run_id>/`` like any other and a run that is already done is reused without
 training again. The trial's value is the mean of its seeds' values; each seed's value, the cell's interval (run
 seeds crossed with eval prompts) and its MEASURED seconds per iteration are kept in its user attributes and in the
-trials table, and the pruner is told the seeds' mean (solbench/sweep/cell.py). A combination the spec rejects (K > N, batch arithmetic, an ``exclude`` entry) is
-recorded as a FAIL trial with ``invalid`` set and does not count towards ``trials``.
+trials table, and the pruner is told the seeds' mean (solbench/sweep/cell.py). A combination the spec rejects
+(K > N, batch arithmetic, an ``exclude`` entry) is recorded as a FAIL trial with ``invalid`` set and does not count
+towards ``trials``.
 
 Persistence: the study lives in ``results/<experiment>/sweep/`` (SQLite ``optuna.db`` or an Optuna
 journal file ``optuna.journal``; prefer the journal on network filesystems), named ``sweep.study``
 (default: the spec name). Running ``solbench sweep`` again continues it: finished trials stay,
 trials left running by an interrupted sweep (Ctrl-C, kill -9) are taken up again (their finished seeds reused,
 their Slurm jobs watched, their cut-off runs relaunched from their checkpoints), so every cell runs once, and new
-trials are asked until the study holds ``trials`` of them. One sweep process per study at a time (``sweep/.session/.lock``). After every finished
-trial ``sweep/trials.parquet`` is rewritten (number, state, value, ``params_<name>``, run_id, ...),
-which the report's N x K heat map reads (solbench/report/sweep_io.py).
+trials are asked until the study holds ``trials`` of them. One sweep process per study at a time
+(``sweep/.session/.lock``). After every finished trial ``sweep/trials.parquet`` is rewritten (number, state,
+value, ``params_<name>``, run_ids, seed_values, ...), which the report reads (solbench/report/sweep_io.py).
 
 One job a module (this __init__ only re-exports their public names):
 
