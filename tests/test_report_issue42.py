@@ -8,7 +8,6 @@ fidelity against training iteration, and the fidelity block that measures it.
 
 from __future__ import annotations
 
-import colorsys
 import math
 from pathlib import Path
 
@@ -159,46 +158,39 @@ def test_speed_findings_leave_out_runs_timed_under_contention(tmp_path):
 
 def test_the_phase_chart_marks_contended_arms_and_keeps_tick_labels_whole(tmp_path):
     """Catches: timing_phases_chart.png drawing the contended arm like any other, and breaking a label
-    mid-word ("explor e_steps")."""
-    from solbench.report.timing import _wrap
-
-    label = "Sol-RL (explore_steps=6, n=16, iterations=30)"
-    wrapped = _wrap(label).split("\n")
-    assert all(word in wrapped_line.split() for word in label.split() for wrapped_line in wrapped
-               if word in wrapped_line) and sorted(" ".join(wrapped).split()) == sorted(label.split())
+    mid-word ("explor e_steps"); since issue 52 each arm is one line, its short label (wrapped full labels
+    overprinted one another)."""
     chart = _named(_speed_tables(tmp_path, "chart", [2]), "timing", "timing_phases_chart")
     ticks = [t.get_text() for t in chart.figure.axes[0].get_yticklabels()]  # horizontal bars (issue 48)
     assert any(t.endswith(" *") and t.startswith("naive") for t in ticks) and "contended" in chart.caption
+    assert all("\n" not in t and "\u2026" not in t for t in ticks)
 
 
 # ---- curves per arm distinguishable, per-seed lines where seeds are few ----------------------------------
 
-def test_every_arm_has_its_own_colour_and_few_seeds_draw_per_seed_lines(tmp_path):
-    """Catches: seven Sol-RL arms in near-identical reds, and a 95 % t band over 2 seeds (one degree of freedom)
-    covering most of the axis, so that no learning was visible."""
+def test_every_arm_is_its_methods_colour_and_few_seeds_draw_per_seed_points(tmp_path):
+    """Catches: seven Sol-RL arms in seven colours on one axes (issue 52: one colour per method, the further arms in
+    small multiples of their own), and a 95 % t band over 2 seeds (one degree of freedom) covering most of the axis,
+    so that no learning was visible: each seed's own values are drawn as points instead."""
     from matplotlib.collections import PolyCollection
-    from matplotlib.colors import to_rgb
 
-    from solbench.report.plotting import arm_styles
+    from solbench.report.plotting import METHOD_COLOURS, arm_styles
 
     arms = [f"Sol-RL (n={n})" for n in (4, 8, 16, 32, 64, 96, 128, 160)] + ["DiffusionNFT"]
     styles = arm_styles(arms, {a: ("diffusion_nft" if a == "DiffusionNFT" else "sol_rl") for a in arms},
                         {"Sol-RL (n=16)", "DiffusionNFT"})
-    colours = [styles[a]["color"] for a in arms]
-    assert len(set(colours)) == len(arms)
-    hues = [colorsys.rgb_to_hsv(*to_rgb(styles[a]["color"]))[0] * 360 for a in arms[:8]
-            if colorsys.rgb_to_hsv(*to_rgb(styles[a]["color"]))[1] > 0.2]
-    gaps = [min(abs(a - b), 360 - abs(a - b)) for i, a in enumerate(hues) for b in hues[i + 1:]]
-    assert len(hues) >= 7 and min(gaps) >= 15  # not shades of one red
-    assert len({(styles[a]["marker"], styles[a]["linestyle"]) for a in arms[:8]}) >= 4
+    assert {styles[a]["color"] for a in arms[:8]} == {METHOD_COLOURS["Sol-RL"]}
+    assert styles["DiffusionNFT"]["color"] == METHOD_COLOURS["DiffusionNFT"]
+    assert styles["Sol-RL (n=16)"]["linewidth"] > styles["Sol-RL (n=4)"]["linewidth"]  # the headline arm stands out
 
     tables = build_arms(tmp_path, "curves", [Arm("sol_rl", gain=_linear(0.02)),
                                              Arm("diffusion_nft", gain=_linear(0.01))], noise=0.01, options=OPTS)
     fig = _named(tables, "learning_curves", "learning_curves_tiny")
     ax = fig.figure.axes[0]
     assert not [c for c in ax.collections if isinstance(c, PolyCollection)]  # no band over 2 seeds
-    assert len(ax.lines) == 2 * (1 + 2)  # each arm: its mean and each seed's own line
-    assert "each seed's own curve" in fig.caption
+    assert len(ax.lines) == 2 * (1 + 2)  # each arm: its mean and each seed's own points
+    assert {line.get_linestyle() for line in ax.lines if line.get_label() == "_seed"} == {"None"}
+    assert "each seed's own values as dots" in fig.caption
 
 
 # ---- intervals that cannot be computed say why -----------------------------------------------------------
@@ -313,9 +305,9 @@ def test_fidelity_legends_name_recipe_and_reward_and_group_tables_are_per_recipe
     step-budget control included)."""
     tables, cand = fidelity_tables
     chart = _named(tables, "ranking_fidelity", "ranking_fidelity_chart")
-    legend = [t.get_text() for leg in chart.figure.legends for t in leg.get_texts()]
-    assert legend and all("nvfp4_tiny" in t and "NVFP4" in t and "emulated backend" in t for t in legend)
-    assert not any("..." in t for t in legend)
+    rows = [t.get_text() for t in chart.figure.axes[0].get_yticklabels()]  # each row named on the axis (issue 52)
+    assert rows and all("nvfp4_tiny" in t and "NVFP4" in t and "emulated backend" in t for t in rows)
+    assert not any("..." in t or "\u2026" in t for t in rows)
     assert f"reward {METRIC}" in chart.figure._suptitle.get_text()  # plain text: no Markdown backticks in a PNG
     preview = _named(tables, "ranking_fidelity", "ranking_fidelity_groups").display
     rho = preview[(preview["statistic"] == "spearman_rho") & (preview["reward"] == METRIC)].set_index("method")
@@ -417,16 +409,23 @@ def test_a_step_budget_only_arm_names_no_low_precision_backend():
     assert explore_text(fp4).endswith("emulated backend (fake-quantized in full precision)")
 
 
-def test_eleven_fidelity_arms_get_eleven_colours_and_an_exact_zero_prints_as_zero():
+def test_fidelity_boxes_take_no_methods_colour_and_an_exact_zero_prints_as_zero(tmp_path):
     # Bugs caught (tiny_paper's rerun): the fidelity chart cycled seven colours over its eleven arms, so two arms
-    # shared a colour; and a paired delta of exactly zero printed as its float residue 9.252e-18.
-    from solbench.report.fidelity import _series_colours
-    from solbench.report.plotting import _FALLBACK
+    # shared a colour (issue 52: the rows are now named on the axis, coloured by explore copy in colours no method
+    # has); and a paired delta of exactly zero printed as its float residue 9.252e-18.
+    from solbench.report.fidelity import _fidelity_figure
+    from solbench.report.plotting import METHOD_COLOURS
     from solbench.report.stats import fmt_num
 
-    series = [("all seeds", f"arm {i}") for i in range(11)]
-    assert len(set(_series_colours(series, _FALLBACK).values())) == 11
-    assert len(set(_series_colours(series[:3], _FALLBACK).values())) == 3
+    groups = pd.DataFrame([dict(kind="all seeds", arm=f"arm {i}", spearman_rho=0.9 - 0.01 * j, kendall_tau=0.8,
+                                reward_name=METRIC, n_pairs=12) for i in range(11) for j in range(3)])
+    recipes = {f"arm {i}": f"NVFP4 (r{i % 2}), emulated backend" for i in range(11)}
+    chart = _fidelity_figure(groups, (), recipes)
+    colours = {p.get_facecolor()[:3] for p in chart.figure.axes[1].patches}
+    from matplotlib.colors import to_rgb
+
+    assert len(colours) == 2 and not colours & {to_rgb(c) for c in METHOD_COLOURS.values()}
+    assert len(chart.figure.axes[0].get_yticklabels()) == 11 and not chart.figure.legends
     assert fmt_num(9.252e-18) == "0.0000" and fmt_num(2.46e-05) == "2.460e-05" and fmt_num(-0.0303) == "-0.0303"
 
 

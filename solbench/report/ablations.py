@@ -200,7 +200,8 @@ def _ablation_figure(tables: Tables, model: str, method: str, name: str, runs: p
         "both reached (equal iterations), the other method settings held at their most common value (named under each "
         "axis), as in the paper's one-at-a-time Tables 2 and 3; bars: the interval of the table's Δ column, so the "
         f"chart and the verdicts rest on the same comparison; dots left of a point: each run seed's own paired "
-        f"difference where there are {SEED_POINTS_UP_TO} seeds or fewer. " + _covers_caption(pd.concat(plotted, ignore_index=True))),
+        f"difference where there are {SEED_POINTS_UP_TO} seeds or fewer. "
+        + _covers_caption(pd.concat(plotted, ignore_index=True))),
         data=pd.concat(plotted, ignore_index=True).drop(columns="per_seed"))
 
 
@@ -276,8 +277,8 @@ def sweep_heatmap(tables: Tables):
     fig.colorbar(im, ax=ax, label=f"final {info.get('metric', 'objective')} (cell mean)" if maximize else
                  "objective (cell mean)")
     chosen = cells[cells["in_best_set"]]
-    ax.set_title(f"best: {chosen['label'].iloc[0]}" if info.get("decided") else
     top_cell = cells.loc[cells[value].idxmax() if maximize else cells[value].idxmin()]
+    ax.set_title(f"best: {chosen['label'].iloc[0]}" if info.get("decided") else
                  f"{len(chosen)} of {len(cells)} cells within noise of the top (boxed)" if info.get("intervals") else
                  f"top N={_fmt_setting(top_cell['n'])}, K={_fmt_setting(top_cell['k'])}: {top_cell[value]:.4f}, no "
                  "interval (not judged)", fontsize=9)

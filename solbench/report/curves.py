@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from solbench.report.clock import clock_at, describe, hardware
-from solbench.report.plotting import arm_styles, headline_arms, int_ticks, new_figure
+from solbench.report.plotting import (NORMAL, SEED_POINTS_UP_TO, TITLE, SMALL, arm_labels, arm_styles, clip,
+                                      headline_order, int_ticks, legend_below, new_figure, seed_points, style_axes)
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import bootstrap_ci, fmt_num, mean_ci
 from solbench.report.tables import Tables, method_display, same_method
@@ -115,64 +116,111 @@ def learning_curves(tables: Tables):
             pscale, punit = _projected_axis(proj_max)
             xs.append(("projected_s", f"PROJECTED {hardware(tables).name} time ({punit})", pscale))
         runs = tables.done_runs[tables.done_runs["model"] == model]
-        arms = tables.arm_order(runs)
-        styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])), headline_arms(tables, runs))
-        fig = new_figure(4.2 * len(xs) + 1.8, 2.9 * len(per))
+        heads = headline_order(tables, runs)
+        styles = arm_styles(tables.arm_order(runs), dict(zip(runs["arm"], runs["method"])), set(heads))
+        labels = arm_labels(tables, tables.arm_order(runs))
+        fig = new_figure(4.0 * len(xs) + 0.6, 2.6 * len(per) + 0.9)
         axes = fig.subplots(len(per), len(xs), squeeze=False)
         for r, ((split, metric), c) in enumerate(per.items()):
             for col, (xcol, xlabel, xscale) in enumerate(xs):
                 ax = axes[r][col]
-                for arm in arms:
-                    a = c[c["arm"] == arm].sort_values("step")
-                    if a.empty:
-                        continue
-                    x = a[xcol].values / xscale
-                    ax.plot(x, a["mean"].values, markersize=3, label=arm, **styles[arm])
-                    if int(a["n_seeds"].max()) < MIN_SEEDS_FOR_BAND:  # few seeds: each seed's own line, no t band
-                        _seed_lines(ax, raw[(split, metric)], model, arm, xcol, xscale, styles[arm])
-                    elif a["ci_lo"].notna().any():
-                        ax.fill_between(x, a["ci_lo"].values, a["ci_hi"].values, color=styles[arm]["color"], alpha=0.15,
-                                        linewidth=0)
-                ax.set_xlabel(xlabel, fontsize=8)
+                for arm in heads:
+                    _draw_arm(ax, c, raw[(split, metric)], model, arm, xcol, xscale, styles[arm], labels[arm])
+                style_axes(ax, xlabel, f"{clip(metric)} ({split})",
+                           title=f"against {xlabel.split(' (')[0]}" if r == 0 else None)
                 if xcol == "step":
                     int_ticks(ax)
-                ax.set_ylabel(f"{metric} ({split})", fontsize=8)
-                ax.tick_params(labelsize=7)
-                ax.grid(alpha=0.3)
-                if r == 0:
-                    ax.set_title(f"against {xlabel.split(' (')[0]}", fontsize=9)
-        handles, labels = axes[0][0].get_legend_handles_labels()
-        # below the panels: a tall legend on the right ran into the title once arms were many (tiny_paper: 15)
-        fig.legend(handles, labels, loc="outside lower center", fontsize=8, ncols=2 if len(labels) > 6 else 1)
-        fig.suptitle(f"{model}: learning curves (mean over seeds; {level:.0%} t band from {MIN_SEEDS_FOR_BAND} seeds, "
-                     "each seed's own thin line below that)", fontsize=10)
+        legend_below(fig, *axes[0][0].get_legend_handles_labels())
+        fig.suptitle(f"{clip(model)}: learning curves of each method's headline arm (mean over seeds; dots: each "
+                     f"seed where an arm has {SEED_POINTS_UP_TO} or fewer)", fontsize=TITLE)
         data = pd.concat([c.assign(split=s, metric=m) for (s, m), c in per.items()], ignore_index=True)
         n_seeds = sorted(data["n_seeds"].unique())
         outputs.append(Figure(f"learning_curves_{model}", f"Learning curves, {model}", fig, (
             f"Model `{model}`. One row per metric (eval rewards on the eval prompts; `reward (train)` is the mean "
-            "full-precision reward of the trained samples), one column per x axis. Each arm has its own colour, "
-            "marker and line style (the legend names it). Thick lines: mean over seeds; bands: "
-            f"{level:.0%} Student-t interval over seeds ({'/'.join(map(str, n_seeds))} seeds per point) where an arm "
-            f"has {MIN_SEEDS_FOR_BAND} seeds or more; with fewer, a band over 1-2 degrees of freedom would cover most "
-            "of the axis, so each seed's own curve is drawn as a thin line instead. Wall-clock: "
+            "full-precision reward of the trained samples), one column per x axis. One line per method, its headline "
+            "arm (the one the Findings compare: most seeds, settings at their defaults), in the method's own colour; "
+            "every further arm is in the small multiples below, against its method's headline arm. Thick lines: mean "
+            f"over seeds ({'/'.join(map(str, n_seeds))} seeds per point); an arm with {SEED_POINTS_UP_TO} seeds or "
+            f"fewer shows each seed's own values as dots (a {level:.0%} t band over so few seeds would cover most of "
+            f"the axis); with more, the band. Wall-clock: "
             "cumulative training seconds (evaluation excluded), averaged over seeds at each step."
             + ("" if has_gpu else " GPU-hours are not shown: these runs did not run on GPUs.")
             + (f" Last column, {describe(tables)} Mean over seeds at each step." if has_projection else
                " No projected GPU clock: the timings carry no FLOP counts.")), data=data))
+        further = _arm_panels(tables, model, runs, heads, per, raw, styles, labels)
+        if further is not None:
+            outputs.append(further)
     return outputs
 
 
-#: An arm with fewer seeds than this gets each seed's own line instead of a t band (with 2 seeds the 95 % t band
-#: has one degree of freedom: 12.7 standard errors wide, issue 42).
+#: An arm with fewer seeds than this gets no t band in the convergence data (with 2 seeds the 95 % t band has one
+#: degree of freedom: 12.7 standard errors wide, issue 42); the charts draw bands only above SEED_POINTS_UP_TO seeds.
 MIN_SEEDS_FOR_BAND = 3
 
 
-def _seed_lines(ax, raw: pd.DataFrame, model: str, arm: str, xcol: str, xscale: float, style: dict) -> None:
+def _draw_arm(ax, c: pd.DataFrame, raw: pd.DataFrame, model: str, arm: str, xcol: str, xscale: float, style: dict,
+              label: str) -> None:
+    """One arm's mean curve; each seed's own values as dots with SEED_POINTS_UP_TO seeds or fewer, else its band."""
+    a = c[c["arm"] == arm].sort_values("step")
+    if a.empty:
+        return
+    x = a[xcol].values / xscale
+    ax.plot(x, a["mean"].values, markersize=3, label=label, **style)
+    if int(a["n_seeds"].max()) <= SEED_POINTS_UP_TO:
+        _seed_points(ax, raw, model, arm, xcol, xscale, style)
+    elif a["ci_lo"].notna().any():
+        ax.fill_between(x, a["ci_lo"].values, a["ci_hi"].values, color=style["color"], alpha=0.15, linewidth=0)
+
+
+def _seed_points(ax, raw: pd.DataFrame, model: str, arm: str, xcol: str, xscale: float, style: dict) -> None:
     runs = raw[(raw["model"] == model) & (raw["arm"] == arm)]
     for _, run in runs.groupby("run_id", sort=True):
         run = run.groupby("step", as_index=False)[["value", xcol]].mean().sort_values("step")
-        ax.plot(run[xcol].values / xscale, run["value"].values, color=style["color"], linestyle=style["linestyle"],
-                linewidth=0.7, alpha=0.55, marker=style.get("marker"), markersize=1.8, zorder=1)
+        seed_points(ax, run[xcol].values / xscale, run["value"].values, style["color"])
+
+
+def _arm_panels(tables: Tables, model: str, runs: pd.DataFrame, heads: list[str], per: dict, raw: dict,
+                styles: dict, labels: dict) -> Figure | None:
+    """Small multiples: one panel per further arm (ablations, other horizons and explore copies) on the first eval
+    reward against iteration, beside its method's headline arm in grey."""
+    key = next(iter(per))
+    c = per[key]
+    head_of = {runs.loc[runs["arm"] == h, "method"].iloc[0]: h for h in heads}
+    further = [a for a in tables.arm_order(runs) if a not in heads and a in set(c["arm"])]
+    if not further:
+        return None
+    ncols = min(4, len(further))
+    nrows = -(-len(further) // ncols)
+    fig = new_figure(2.9 * ncols + 0.6, 2.25 * nrows + 1.0)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+    split, metric = key
+    for i, arm in enumerate(further):
+        ax = axes[i // ncols][i % ncols]
+        head = head_of.get(runs.loc[runs["arm"] == arm, "method"].iloc[0])
+        if head is not None:
+            h = c[c["arm"] == head].sort_values("step")
+            ax.plot(h["step"], h["mean"], color="#9a9a9a", linestyle="--", linewidth=1.4, label="its method's headline arm")
+        style = {**styles[arm], "linestyle": "-", "linewidth": 1.8}
+        _draw_arm(ax, c, raw[key], model, arm, "step", 1.0, style, "this arm (its method's colour)")
+        ax.set_title(labels[arm], fontsize=NORMAL)
+        ax.tick_params(labelsize=SMALL)
+        ax.grid(alpha=0.3)
+        int_ticks(ax)
+    for j in range(len(further), nrows * ncols):
+        axes[j // ncols][j % ncols].remove()
+    for i in range(len(further)):
+        if i + ncols >= len(further):  # the lowest panel of its column names the x axis
+            axes[i // ncols][i % ncols].set_xlabel("iteration", fontsize=NORMAL)
+    fig.supylabel(f"{clip(metric)} ({split}), mean over seeds", fontsize=NORMAL)
+    legend_below(fig, *axes[0][0].get_legend_handles_labels(), ncols=2)
+    fig.suptitle(f"{clip(model)}: every further arm against its method's headline arm", fontsize=TITLE)
+    data = c[c["arm"].isin(further + heads)].assign(split=split, metric=metric)
+    return Figure(f"learning_curves_{model}_arms", f"Learning curves of the further arms, {model}", fig, (
+        f"One panel per arm that is not its method's headline arm (ablations, other horizons, other explore copies), "
+        f"titled by its short label (the arm table maps it to its settings): `{metric}` ({split}) against iteration, "
+        f"mean over its run seeds in its method's colour, each seed's own values as dots where it has "
+        f"{SEED_POINTS_UP_TO} seeds or fewer; grey dashes: the headline arm of the same method. Shared y axis."),
+        data=data)
 
 
 def _reaches(value: float, target: float) -> bool:
@@ -362,39 +410,38 @@ def convergence(tables: Tables):
 def _convergence_figure(tables: Tables, model: str, runs: pd.DataFrame, plot_data: dict, ref_arm: str,
                         xcol: str = "wall_s") -> Figure:
     metrics = list(plot_data)
-    arms = tables.arm_order(runs)
-    styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])), headline_arms(tables, runs))
+    heads = headline_order(tables, runs)
+    styles = arm_styles(tables.arm_order(runs), dict(zip(runs["arm"], runs["method"])), set(heads))
+    labels = arm_labels(tables, heads)
     wall_max = max((np.max(aw) for _, arms_d in plot_data.values() for aw, *_ in arms_d.values()), default=1.0)
     projected = xcol == "projected_s"
     scale, unit = _projected_axis(wall_max) if projected else _time_axis(wall_max)
     xlabel = (f"PROJECTED {hardware(tables).name} time ({unit})" if projected
               else f"wall-clock training time ({unit})")
-    fig = new_figure(4.6 * len(metrics) + 1.8, 3.4)
+    fig = new_figure(4.3 * len(metrics) + 0.6, 3.9)
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics):
         target, arms_d = plot_data[metric]
-        ax.axhline(target, color="black", linewidth=0.8, linestyle=":", label=f"target ({ref_arm} final)")
-        for arm in arms:
+        ax.axhline(target, color="black", linewidth=0.9, linestyle=":")
+        for arm in heads:
             if arm not in arms_d:
                 continue
             aw, av, band, t_arm = arms_d[arm]
-            ax.plot(aw / scale, av, markersize=2.5, label=arm, **styles[arm])
-            if np.isfinite(band).any():
+            ax.plot(aw / scale, av, markersize=2.5, label=labels[arm], **styles[arm])
+            if len(runs.loc[runs["arm"] == arm, "seed"].unique()) > SEED_POINTS_UP_TO and np.isfinite(band).any():
                 ax.fill_between(aw / scale, band[:, 0], band[:, 1], color=styles[arm]["color"], alpha=0.12, linewidth=0)
             if math.isfinite(t_arm):
-                ax.plot([t_arm / scale], [target], marker="x", markersize=8, color=styles[arm]["color"])
-        ax.set_xlabel(xlabel, fontsize=8)
-        ax.set_ylabel(f"{metric} (eval, mean over seeds)", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
-    fig.suptitle(f"{model}: time to reach {ref_arm}'s final score (x marks the crossing)"
-                 + (" - PROJECTION" if projected else ""), fontsize=10)
+                ax.plot([t_arm / scale], [target], marker="x", markersize=8, color=styles[arm]["color"], zorder=5)
+        style_axes(ax, xlabel, f"{clip(metric)} (eval, mean over seeds)",
+                   title=f"dotted: the target, {clip(ref_arm, 30)}'s final {fmt_num(target)}")
+    legend_below(fig, *axes[0].get_legend_handles_labels())
+    fig.suptitle(f"{clip(model)}: time to reach {clip(ref_arm, 40)}'s final score (x marks the crossing)"
+                 + (" - PROJECTION" if projected else ""), fontsize=TITLE)
     return Figure(f"convergence_{model}" + ("_projected" if projected else "") + "_chart",
                   f"Time to target, {model}" + (" (PROJECTED clock)" if projected else ""), fig, (
-        f"Mean eval curves over seeds against {xlabel}, bands: {tables.options.ci_level:.0%} t interval over seeds at "
-        f"each evaluation (arms with {MIN_SEEDS_FOR_BAND} seeds or more; fewer get no band); "
-        f"dotted line: {ref_arm}'s final score; "
+        f"Mean eval curves over seeds against {xlabel} of each method's headline arm (the table above has every arm), "
+        f"in the method's own colour; bands: {tables.options.ci_level:.0%} t interval over seeds at each evaluation, "
+        f"drawn only for arms of more than {SEED_POINTS_UP_TO} seeds (over fewer it would cover the axis); "
+        f"dotted line: {ref_arm}'s final score, the target; "
         "x: where each method first reaches it (the times in the table above)."
         + (f" {describe(tables)}" if projected else "")))

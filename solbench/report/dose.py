@@ -28,7 +28,8 @@ import pandas as pd
 
 from solbench.report.findings_common import Finding, main_arm, reward_roles, seed_cost_s
 from solbench.report.paired import _eval_steps as eval_steps, paired_difference, seed_runs
-from solbench.report.plotting import int_ticks, new_figure
+from solbench.report.plotting import (NORMAL, SEED_POINTS_UP_TO, SMALL, TITLE, clip, int_ticks, legend_below,
+                                      method_colour, new_figure, seed_points, style_axes)
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import CI, fmt_bounded_ci, fmt_ci, mean_ci
 from solbench.report.tables import Tables, method_display, same_method
@@ -169,7 +170,7 @@ def dose_response(tables: Tables):
                 display=_gap_display(data)))
             runs = tables.done_runs[tables.done_runs["model"] == model]
             main = {arm for m in EXPLORING for arm in recipe_arms(tables, runs, m).values()}
-            outputs.append(_gap_figure(model, data[data["arm"].isin(main)]))
+            outputs.append(_gap_figure(model, data[data["arm"].isin(main)], mine[mine["arm"].isin(main)]))
         found = _dose_pairs(tables, model)
         if found:
             runs = tables.done_runs[tables.done_runs["model"] == model]
@@ -210,43 +211,55 @@ def _gap_display(data: pd.DataFrame) -> pd.DataFrame:
     return wide.rename(columns={"arm": "arm", "step": "iteration"})
 
 
-def _recipe_colours(recipes: list[str]) -> dict[str, str]:
-    from matplotlib import colormaps
-
-    cmap = colormaps["plasma"]
-    return {r: cmap(0.1 + 0.75 * i / max(1, len(recipes) - 1)) for i, r in enumerate(recipes)}
-
-
-def _gap_figure(model: str, data: pd.DataFrame) -> Figure:
+def _gap_figure(model: str, data: pd.DataFrame, rows: pd.DataFrame) -> Figure:
+    """One row per gap metric, one column per explore recipe (by growing dose); in each panel naive FP4 and Sol-RL in
+    their own colours, each seed's own values as dots where an arm has SEED_POINTS_UP_TO seeds or fewer."""
     dose_order = data[data["metric"] == DOSE].groupby("recipe")["mean"].mean().sort_values()
     recipes = list(dose_order.index) + sorted(set(data["recipe"]) - set(dose_order.index))
-    colours = _recipe_colours(recipes)
-    fig = new_figure(11.0, 3.9)
-    axes = fig.subplots(1, len(PANELS))
-    for ax, (metric, label) in zip(axes, PANELS):
-        for (method, recipe, arm), g in data[data["metric"] == metric].groupby(["method", "recipe", "arm"]):
-            g = g.sort_values("step")
-            fp4 = same_method(method, "naive_fp4")
-            ax.plot(g["step"], g["mean"], color=colours[recipe], linestyle="-" if fp4 else "--",
-                    marker="o" if fp4 else "s", markersize=3.5, linewidth=1.6,
-                    label=f"{method_display(method)}, {recipe}")
-            if g["lo"].notna().any():  # a cosine's band stops at 1, a distance's and a norm ratio's at 0
-                lo, hi = g["lo"].clip(lower=-1.0 if metric == "grad_cos" else 0.0), g["hi"]
-                hi = hi.clip(upper=1.0) if metric == "grad_cos" else hi
-                ax.fill_between(g["step"], lo, hi, color=colours[recipe], alpha=0.10, linewidth=0)
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel("iteration", fontsize=8)
-        int_ticks(ax)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.suptitle(f"Explore copy's error on the trained seeds against iteration, {model}", fontsize=10)
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(4, max(1, len(labels))), fontsize=7, frameon=False)
+    fig = new_figure(2.9 * len(recipes) + 1.0, 2.2 * len(PANELS) + 1.0)
+    axes = fig.subplots(len(PANELS), len(recipes), squeeze=False, sharex=True, sharey="row")
+    for r, (metric, label) in enumerate(PANELS):
+        for c, recipe in enumerate(recipes):
+            ax = axes[r][c]
+            shown = data[(data["metric"] == metric) & (data["recipe"] == recipe)]
+            for method in EXPLORING:
+                g = shown[shown["method"].map(lambda m: same_method(m, method))].sort_values("step")
+                if g.empty:
+                    continue
+                colour = method_colour(method)
+                fp4 = method == "naive_fp4"
+                ax.plot(g["step"], g["mean"], color=colour, linestyle="-" if fp4 else "--", marker="o" if fp4 else "s",
+                        markersize=3.5, linewidth=1.6, label=method_display(method))
+                seeds = rows[(rows["arm"].isin(set(g["arm"]))) & (rows["metric"] == metric)]
+                if seeds["seed"].nunique() <= SEED_POINTS_UP_TO:
+                    for _, run in seeds.groupby("run_id"):
+                        seed_points(ax, run["step"], run["value"], colour)
+                elif g["lo"].notna().any():  # a cosine's band stops at 1, a distance's and a norm ratio's at 0
+                    lo, hi = g["lo"].clip(lower=-1.0 if metric == "grad_cos" else 0.0), g["hi"]
+                    hi = hi.clip(upper=1.0) if metric == "grad_cos" else hi
+                    ax.fill_between(g["step"], lo, hi, color=colour, alpha=0.10, linewidth=0)
+            ax.set_xlabel("iteration" if r == len(PANELS) - 1 else "", fontsize=NORMAL)
+            ax.set_ylabel(label if c == 0 else "", fontsize=NORMAL)
+            if r == 0:
+                ax.set_title(f"explore copy {clip(recipe, 30)}", fontsize=NORMAL)
+            int_ticks(ax)
+            ax.tick_params(labelsize=SMALL)
+            ax.grid(alpha=0.3)
+    handles = {}
+    for ax in axes.flat:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(name, handle)
+    legend_below(fig, list(handles.values()), list(handles.keys()), ncols=2)
+    fig.suptitle(f"Explore copy's error on the trained seeds against iteration, {clip(model)}", fontsize=TITLE)
     return Figure(f"explore_gap_{model}_chart", f"Explore gap against iteration, {model}", fig, (
-        "Colour: the explore recipe (darker: smaller sample error); solid with circles: naive FP4 (its trained "
-        "samples are the explore copy's), dashed with squares: Sol-RL (its trained samples are full precision; the "
-        "twins are the explore copy's at the full step budget). One arm per method and recipe, its main one (most "
-        "seeds, settings at their defaults; the table lists every arm). Band: t interval over run seeds."), data=data)
+        "One column per explore recipe, by growing sample error; one row per measure: the sample distance over the "
+        "seeds' spread (0: none; about 1.4: as far apart as two seeds), the cosine and the norm ratio of the NFT loss "
+        "gradient on the low-precision samples against on their full-precision twins. Solid with circles: naive FP4 "
+        "(its trained samples are the explore copy's), dashed with squares: Sol-RL (its trained samples are full "
+        "precision; the twins are the explore copy's at the full step budget), each in its method's colour. One arm "
+        "per method and recipe, its main one (most seeds, settings at their defaults; the table lists every arm). "
+        f"Mean over run seeds; dots: each seed where an arm has {SEED_POINTS_UP_TO} seeds or fewer, a t band over "
+        "more."), data=data)
 
 
 def _dose_table(tables: Tables, model: str, runs: pd.DataFrame, rows: pd.DataFrame,
@@ -262,7 +275,7 @@ def _dose_table(tables: Tables, model: str, runs: pd.DataFrame, rows: pd.DataFra
         row = dict(model=model, recipe=recipe, dose=d.mean, dose_lo=d.lo, dose_hi=d.hi, metric=f.metric, role=f.role,
                    effect=f.effect, lo=f.lo, hi=f.hi, verdict=f.verdict, covers=f.covers, prompts_only=f.prompts_only,
                    fp4_arm=arms["naive_fp4"].get(recipe), sol_arm=arms["sol_rl"].get(recipe), n_seeds=_n_seeds(f),
-                   iteration=at, vs_bf16=math.nan, vs_bf16_lo=math.nan, vs_bf16_hi=math.nan)
+                   iteration=at, vs_bf16=math.nan, vs_bf16_lo=math.nan, vs_bf16_hi=math.nan, per_seed=f.per_seed)
         if bf16 is not None:
             p = paired_difference(tables, model, f.metric, arms["naive_fp4"][recipe], bf16, step=at)
             if p is not None:
@@ -303,39 +316,49 @@ def _dose_display(data: pd.DataFrame) -> pd.DataFrame:
 
 
 def _dose_figure(model: str, data: pd.DataFrame) -> Figure:
+    import json
+
     metrics = list(dict.fromkeys(data["metric"]))
-    fig = new_figure(max(4.2, 3.6 * len(metrics)), 3.8)
+    fig = new_figure(max(4.6, 4.2 * len(metrics)), 4.6)
     axes = np.atleast_1d(fig.subplots(1, len(metrics)))
+    steps = sorted({int(i) for i in data["iteration"].dropna()}) if "iteration" in data else []
+    at = f"iteration {', '.join(map(str, steps))}" if steps else "the last common evaluation"
     for ax, metric in zip(axes, metrics):
         d = data[data["metric"] == metric].sort_values("dose")
         xerr = _err(d["dose"], d["dose_lo"], d["dose_hi"])
-        ax.errorbar(d["dose"], d["effect"], yerr=_err(d["effect"], d["lo"], d["hi"]), xerr=xerr, color="#d62728",
-                    marker="o", linestyle="-", capsize=3, linewidth=1.5, label="naive FP4 - Sol-RL")
+        ax.axhline(0.0, color="black", linewidth=0.9, linestyle=":", label="0: the claim's threshold (below: naive FP4 worse)")
+        ax.errorbar(d["dose"], d["effect"], yerr=_err(d["effect"], d["lo"], d["hi"]), xerr=xerr,
+                    color=method_colour("naive_fp4"), marker="o", linestyle="-", capsize=3, linewidth=1.5,
+                    label="naive FP4 - Sol-RL")
+        for r in d.itertuples():  # each run seed's own paired difference, where the seeds are few
+            seeds = json.loads(r.per_seed) if isinstance(getattr(r, "per_seed", ""), str) and r.per_seed else {}
+            if 0 < len(seeds) <= SEED_POINTS_UP_TO and math.isfinite(r.dose):
+                seed_points(ax, [r.dose] * len(seeds), list(seeds.values()), method_colour("naive_fp4"))
         if d["vs_bf16"].notna().any():
             ax.errorbar(d["dose"], d["vs_bf16"], yerr=_err(d["vs_bf16"], d["vs_bf16_lo"], d["vs_bf16_hi"]),
                         color="#7f7f7f", marker="s", markerfacecolor="none", linestyle="--", capsize=3, linewidth=1.1,
                         label="naive FP4 - naive BF16 scaling")
-        for r in d.itertuples():
-            if math.isfinite(r.dose) and math.isfinite(r.effect):
-                ax.annotate(r.recipe, (r.dose, r.effect), textcoords="offset points", xytext=(5, 6), fontsize=6.5)
-        ax.axhline(0.0, color="black", linewidth=0.8)
         right = np.nanmax(np.r_[d["dose_hi"].to_numpy(float), d["dose"].to_numpy(float), 0.01])
-        ax.set_xlim(0, 1.3 * right)  # room for the last point's label
+        ax.set_xlim(0, 1.15 * right)
+        # the recipes named on a top axis at their doses, vertical: labels beside the points ran over the markers
+        known = d[np.isfinite(d["dose"].to_numpy(float))]
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(known["dose"].to_numpy(float), [clip(r, 24) for r in known["recipe"]], rotation=90,
+                       fontsize=SMALL)
+        top.set_xlabel("explore copy", fontsize=NORMAL)
         role = d["role"].iloc[0] if len(d) else ""
-        ax.set_title(f"{metric} ({role})", fontsize=9)
-        ax.set_xlabel("sample error of the explore copy (x0 distance / spread)", fontsize=8)
-        steps = sorted({int(i) for i in d["iteration"].dropna()}) if "iteration" in d else []
-        ax.set_ylabel(f"reward difference at iteration {', '.join(map(str, steps))}" if steps else
-                      "reward difference at the last common evaluation", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"Where naive FP4 breaks: final reward against the explore copy's sample error, {model}", fontsize=10)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=7, frameon=False)
+        style_axes(ax, "explore copy's sample error (x0 distance / spread)",
+                   f"reward difference at {at}", title=f"{clip(metric)} ({role})")
+    legend_below(fig, *axes[0].get_legend_handles_labels(), ncols=3)
+    fig.suptitle(f"Where naive FP4 breaks: naive FP4 minus Sol-RL at {at} against the explore copy's sample error, "
+                 f"{clip(model)}", fontsize=TITLE)
     return Figure(f"dose_response_{model}_chart", f"Dose-response, {model}", fig, (
-        "One point per explore recipe: x its sample error (mean over naive FP4's runs and measured iterations, t "
-        "interval over seeds), y naive FP4 minus Sol-RL at the dose horizon (the table's `iteration`; paired interval, seeds "
-        "crossed with prompts); below 0 naive FP4 ends worse. Grey: naive FP4 minus naive BF16 scaling (the zero "
-        "dose). The table above gives every number and the verdicts."), data=data)
+        "One point per explore recipe (named on the top axis): x its sample error (mean over naive FP4's runs and "
+        "measured iterations, t interval over seeds), y naive FP4 minus Sol-RL at the dose horizon (the table's "
+        "`iteration`; paired interval, seeds crossed with prompts), dots: each run seed's own paired difference where "
+        f"there are {SEED_POINTS_UP_TO} seeds or fewer; below the dotted 0 line naive FP4 ends worse (the claim). "
+        "Grey: naive FP4 minus naive BF16 scaling (the zero dose). The table above gives every number and the "
+        "verdicts."), data=data)
 
 
 def _err(mean: pd.Series, lo: pd.Series, hi: pd.Series) -> np.ndarray | None:

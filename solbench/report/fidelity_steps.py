@@ -24,7 +24,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from solbench.report.plotting import new_figure
+from solbench.report.plotting import _FALLBACK, TITLE, clip, legend_below, new_figure, style_axes
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import paired_ci, variance_components
 from solbench.report.tables import Tables, _fmt_setting, _hashable
@@ -198,40 +198,68 @@ def fidelity_by_iteration(tables: Tables):
         "(crossed design: checkpoint run seeds and prompts, both random; one seed: a t interval over prompts). Δρ vs "
         "base model: paired per prompt, the same interval: what training did to the copy's ranking. The explore "
         "column names the format and recipe, the backend column how the low precision ran."), display=display),
-        _trajectory_figure(data)]
+        _trajectory_figure(data, tables.options)]
 
 
-def _trajectory_figure(data: pd.DataFrame) -> Figure:
+def _trajectory_figure(data: pd.DataFrame, options) -> Figure:
+    """Top row ρ of each recipe at each measured step beside the paper's 0.927 and the Table 8 threshold; bottom row
+    Δρ from the base model beside the change's non-inferiority threshold. Lines join measured steps only: a recipe
+    not measured at a step has a gap there, not a line through it."""
     from solbench.report.explore import recipe_label
 
     rewards = list(dict.fromkeys(data["reward"]))
-    fig = new_figure(4.2 * len(rewards) + 1.5, 3.3)
-    axes = fig.subplots(1, len(rewards), squeeze=False)[0]
-    markers = ["o", "s", "^", "D", "v"]
+    fig = new_figure(4.3 * len(rewards) + 0.6, 6.2)
+    axes = fig.subplots(2, len(rewards), squeeze=False, sharex=True)
+    markers = ["o", "s", "^", "D", "v", "P", "X"]
     steps = sorted(data["step"].dropna().unique())
     gap = float(np.min(np.diff(steps))) if len(steps) > 1 else 1.0
-    for ax, reward in zip(axes, rewards):
+    threshold = options.fidelity_reference - options.fidelity_margin
+    recipes = list(dict.fromkeys(data["recipe"]))
+    colours = {r: _FALLBACK[i % len(_FALLBACK)] for i, r in enumerate(recipes)}
+    rows = (("rho", "Spearman ρ (rank correlation)"), ("change", "Δρ from the base model"))
+    for c, reward in enumerate(rewards):
         d = data[data["reward"] == reward]
-        groups = list(d.groupby("recipe", sort=False))
-        for i, (recipe, r) in enumerate(groups):
-            r = r.sort_values("step")
-            err = np.vstack([(r["rho_mean"] - r["rho_lo"]).fillna(0).clip(lower=0),
-                             (r["rho_hi"] - r["rho_mean"]).fillna(0).clip(lower=0)])
-            # recipes side by side at each step (a dodge of a fraction of the step gap): error bars never overlap
-            shift = (i - (len(groups) - 1) / 2) * 0.12 * gap
-            ax.errorbar(r["step"] + shift, r["rho_mean"], yerr=err, marker=markers[i % len(markers)], capsize=3,
-                        label=recipe_label(recipe))
-        ax.axhline(0.927, color="black", linestyle=":", linewidth=0.8, label="paper Table 8 (0.927)")
-        ax.set_xticks(steps, [str(int(v)) for v in steps])
-        ax.set_xlabel("training iteration of the checkpoint (0: base model)", fontsize=8)
-        ax.set_ylabel(f"Spearman ρ, reward {reward}", fontsize=8)  # plain text: no Markdown backticks in a PNG
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", fontsize=7)
-    fig.suptitle("Ranking fidelity of the explore copy against training iteration", fontsize=10)
+        for r, (col, what) in enumerate(rows):
+            ax = axes[r][c]
+            for i, recipe in enumerate(recipes):
+                g = d[d["recipe"] == recipe].set_index("step").reindex(steps)  # unmeasured steps: NaN, a gap
+                if r == 1:
+                    g.loc[g.index == 0, [f"{col}_mean", f"{col}_lo", f"{col}_hi"]] = np.nan
+                if g[f"{col}_mean"].notna().sum() == 0:
+                    continue
+                mean = g[f"{col}_mean"].to_numpy(float)
+                err = np.vstack([np.clip(mean - g[f"{col}_lo"].to_numpy(float), 0, None),
+                                 np.clip(g[f"{col}_hi"].to_numpy(float) - mean, 0, None)])
+                # recipes side by side at each step (a dodge of a fraction of the step gap): bars never overlap
+                x = np.asarray(steps, float) + (i - (len(recipes) - 1) / 2) * 0.12 * gap
+                ax.plot(x, mean, color=colours[recipe], linewidth=1.4, marker=markers[i % len(markers)], markersize=5,
+                        label=clip(recipe_label(recipe)))
+                ax.errorbar(x, mean, yerr=np.nan_to_num(err), color=colours[recipe], linestyle="none", capsize=3,
+                            label="_interval")
+            if r == 0:
+                ax.axhline(options.fidelity_reference, color="black", linestyle=":", linewidth=0.9,
+                           label=f"paper Table 8 ({options.fidelity_reference:g})")
+                ax.axhline(threshold, color="black", linestyle="-.", linewidth=0.9,
+                           label=f"Table 8 verdict threshold ({threshold:g}: paper - margin)")
+            else:
+                ax.axhline(0.0, color="#9a9a9a", linewidth=0.8)
+                ax.axhline(-options.fidelity_margin, color="black", linestyle="--", linewidth=0.9,
+                           label=f"change verdict threshold (-{options.fidelity_margin:g})")
+            ax.set_xticks(steps, [str(int(v)) for v in steps])
+            style_axes(ax, "training iteration of the checkpoint (0: base model)" if r == 1 else "",
+                       what,  # the reward in the column's title, plain text: no Markdown backticks in a PNG
+                       title=f"reward {clip(reward, 40)}" if r == 0 else None)
+    handles = {}
+    for ax in axes.flat:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(name, handle)
+    legend_below(fig, list(handles.values()), list(handles.keys()), ncols=3)
+    fig.suptitle("Ranking fidelity of the explore copy against training iteration", fontsize=TITLE)
     return Figure("fidelity_by_iteration_chart", "Ranking fidelity against training iteration", fig, (
-        "Mean per-prompt Spearman ρ (explore copy vs full precision, same seeds) of each checkpoint, one line per "
-        "explore recipe (legend: format and recipe; recipes set side by side at each step), one panel per reward; "
-        "bars: the intervals of the table above."),
+        "Top: mean per-prompt Spearman ρ (explore copy vs full precision, same seeds) of each checkpoint, one line per "
+        "explore recipe (recipes set side by side at each step), one column per reward, beside the paper's Table 8 ρ "
+        f"and the threshold Table 8's verdict uses ({threshold:g}: the interval must lie above it). Bottom: Δρ from the "
+        f"base model, paired per prompt, beside the threshold of the change's verdict (-{options.fidelity_margin:g}). "
+        "Bars: the intervals of the table above. Lines join measured steps only: a recipe not measured at a step "
+        "has a gap there."),
         data=data)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from solbench.report.plotting import arm_styles, headline_arms, int_ticks, new_figure
+from solbench.report.plotting import (SEED_POINTS_UP_TO, arm_labels, arm_styles, clip, headline_order, int_ticks,
+                                      legend_below, new_figure, seed_points, style_axes)
 from solbench.report.readout import hacked_arms_table
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import clip_ci, fmt_bounded_ci, mean_ci
@@ -70,32 +71,36 @@ def reward_hacking(tables: Tables):
             "count on non-counting prompts (single object, colour, position), which the shapes rewards score as "
             "'at least' and so never penalise. Step 0 is the base model: a count rising above it while the training "
             "reward rises is reward hacking."), display=pd.DataFrame(display)))
-        outputs.append(_figure(tables, model, runs, data))
+        outputs.append(_figure(tables, model, runs, data, pm))
     return outputs + [hacked_arms_table(tables)]  # issue 54: which arms are past reward hacking, and from where
 
 
-def _figure(tables: Tables, model: str, runs: pd.DataFrame, data: pd.DataFrame) -> Figure:
-    from solbench.report.curves import MIN_SEEDS_FOR_BAND
-
-    arms = [a for a in tables.arm_order(runs) if a in set(data["arm"])]
-    styles = arm_styles(arms, dict(zip(runs["arm"], runs["method"])), headline_arms(tables, runs))
-    fig = new_figure(8.0, 3.6 + 0.17 * ((len(arms) + 1) // 2))
+def _figure(tables: Tables, model: str, runs: pd.DataFrame, data: pd.DataFrame, per_run: pd.DataFrame) -> Figure:
+    heads = [a for a in headline_order(tables, runs) if a in set(data["arm"])]
+    styles = arm_styles(tables.arm_order(runs), dict(zip(runs["arm"], runs["method"])), set(heads))
+    labels = arm_labels(tables, heads)
+    fig = new_figure(7.5, 4.4)
     ax = fig.subplots()
-    for arm in arms:
+    for arm in heads:
         a = data[data["arm"] == arm].sort_values("step")
-        ax.plot(a["step"], a["extra_mean"], markersize=3, label=arm, **styles[arm])
-        # a band only over 3+ seeds (a t band over 1 degree of freedom covers the chart), clipped at 0 as the table
-        if a["extra_lo"].notna().any() and int(a["n_seeds"].min()) >= MIN_SEEDS_FOR_BAND:
+        ax.plot(a["step"], a["extra_mean"], markersize=5 if styles[arm]["zorder"] > 3 else 4, label=labels[arm],
+                **styles[arm])
+        # each seed's own counts with SEED_POINTS_UP_TO seeds or fewer (a t band over so few covers the chart); a
+        # band clipped at 0 over more
+        if int(a["n_seeds"].max()) <= SEED_POINTS_UP_TO:
+            for _, seed in per_run[per_run["arm"] == arm].groupby("run_id"):
+                seed_points(ax, seed["step"], seed["extra"], styles[arm]["color"])
+        elif a["extra_lo"].notna().any():
             ax.fill_between(a["step"], a["extra_lo"].clip(lower=0), a["extra_hi"], color=styles[arm]["color"],
                             alpha=0.12, linewidth=0)
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"Objects beyond the prompt per eval image, {model}", fontsize=10)
-    ax.set_xlabel("iteration", fontsize=9)
-    ax.set_ylabel("extra objects per eval image", fontsize=9)
+    ax.set_ylim(bottom=-0.03 * max(ax.get_ylim()[1], 0.1))  # a line at 0 drawn whole, not cut by the axis
+    style_axes(ax, "iteration", "extra objects per eval image (count)",
+               title=f"Objects beyond the prompt per eval image, {clip(model)}")
     int_ticks(ax)
-    ax.tick_params(labelsize=8)
-    ax.grid(alpha=0.3)
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=7, frameon=False)
+    legend_below(fig, *ax.get_legend_handles_labels())
     return Figure(f"reward_hacking_{model}_chart", f"Objects beyond the prompt against iteration, {model}", fig, (
-        f"Mean over run seeds of the extra objects per eval image (band: t interval over seeds, clipped at 0, drawn for "
-        f"arms of {MIN_SEEDS_FOR_BAND}+ seeds only); the table above gives the numbers."), data=data)
+        "Mean over run seeds of the extra objects per eval image of each method's headline arm, in the method's own "
+        "colour and marker (Sol-RL drawn on top: methods on the same counts overlap); dots: each run seed's own mean "
+        f"where an arm has {SEED_POINTS_UP_TO} seeds or fewer, a t band over more. The table above gives every arm "
+        "with its interval; `in_chart` in the CSV marks the arms drawn."),
+        data=data.assign(in_chart=data["arm"].isin(heads)))

@@ -14,22 +14,43 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from solbench.report.tables import method_display  # noqa: E402
 
-# Stable colours per method (the same method has the same colour in every figure).
-_METHOD_COLOURS = {
+#: One colour per method, the only colour it is drawn in, in every chart (issue 52). A method's further arms
+#: (ablations, other horizons, other explore copies) are told apart by facets or direct labels, never by a second
+#: colour of the same family.
+METHOD_COLOURS = {
     "Base": "#7f7f7f", "DanceGRPO": "#9467bd", "FlowGRPO": "#8c564b", "AWM": "#e377c2",
     "DiffusionNFT": "#1f77b4", "Sol-RL": "#d62728", "naive BF16 scaling": "#2ca02c", "naive FP4": "#ff7f0e",
 }
+_METHOD_COLOURS = METHOD_COLOURS  # the name solbench/report/headline.py imports
+#: a marker per method, so that two methods on the same values stay visible (the hidden Sol-RL line, issue 52)
+METHOD_MARKERS = {"Base": "o", "DanceGRPO": "v", "FlowGRPO": "^", "AWM": "D", "DiffusionNFT": "s", "Sol-RL": "o",
+                  "naive BF16 scaling": "P", "naive FP4": "X"}
+#: colours of anything that is not a method of the paper (an unknown method, a fidelity series): none of the above
 _FALLBACK = ["#17becf", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
-# Colours of a method's further arms (ablations, other horizons): hues at least 20 degrees apart from each other,
-# none a shade of a method's colour, so that seven Sol-RL arms are seven colours, not seven reds (issue 42)
-_ARM_COLOURS = ["#17becf", "#bcbd22", "#393b79", "#1b9e77", "#a6761d", "#66a61e", "#e7298a", "#000000"]
-_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h"]
+#: line styles of a method's further arms where a chart draws them beside its headline arm
+_LINESTYLES = ["--", ":", "-."]
 PHASE_COLOURS = {
     # select in cyan: no shade of explore's orange (issue 48: the two read as one colour)
     "explore": "#ff7f0e", "select": "#17becf", "regenerate": "#d62728", "rollout": "#1f77b4",
     "reward": "#9467bd", "train": "#2ca02c", "sync": "#8c564b",
 }
-_LINESTYLES = ["-", "--", ":", "-."]
+#: most labelled series an axes carries; beyond it a chart facets (issue 52)
+MAX_SERIES = 8
+#: an arm with this many run seeds or fewer shows each seed's own points (a t band over so few covers the chart)
+SEED_POINTS_UP_TO = 5
+#: longest label (an arm, a metric, a recipe) drawn in a chart: a 10 MB name costs no more than a short one
+LABEL_CHARS = 60
+#: text sizes (points at the saved size; nothing under 7, issue 52)
+SMALL, NORMAL, TITLE = 7.5, 8.5, 10
+
+
+def clip(text, limit: int = LABEL_CHARS) -> str:
+    """``text`` as a string of at most ``limit`` characters, cut with an ellipsis (before it reaches matplotlib:
+    laying out a 10 MB string costs seconds and memory, issue 56); newlines folded to spaces."""
+    text = str(text)
+    if len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    return text.replace("\n", " ")
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -44,41 +65,71 @@ def headline_arms(tables, runs) -> set[str]:
     return {arm for method in runs["method"].dropna().unique() if (arm := main_arm(tables, runs, method))}
 
 
+def headline_order(tables, runs) -> list[str]:
+    """The headline arms of ``runs`` in the paper's method order."""
+    heads = headline_arms(tables, runs)
+    return [a for a in tables.arm_order(runs) if a in heads]
+
+
+def arm_labels(tables, arms) -> dict[str, str]:
+    """{arm: its short label (solbench/report/labels.py: "Sol-RL N=8"), clipped to LABEL_CHARS}."""
+    from solbench.report.labels import short_labels
+
+    short = short_labels(tables)
+    return {arm: clip(short.get(arm, arm)) for arm in arms}
+
+
+def method_colour(method: str, index: int = 0) -> str:
+    """The colour of a method (registry or display name); an unknown method a colour no paper method has."""
+    return METHOD_COLOURS.get(method_display(method)) or _FALLBACK[index % len(_FALLBACK)]
+
+
 def arm_styles(arms: list[str], methods: dict[str, str], headline: set[str] | None = None) -> dict[str, dict]:
-    """A style per arm, every arm distinguishable: the headline arm of each method (``headline``; default: its
-    first arm) in the method's own colour with a thick solid line and round markers; every further arm in a colour
-    of its own (``_ARM_COLOURS``, distinct hues, in turn over the whole figure), with its own marker and a
-    dashed or dotted line."""
-    styles, seen, fallback = {}, {}, iter(_FALLBACK * 10)
-    extra: dict[str, str] = {}
-    others = iter(range(10 ** 6))
+    """A style per arm: every arm in its method's one colour and marker (``METHOD_COLOURS``); the headline arm of
+    each method (``headline``; default: its first arm) with a thick solid line, a further arm with a thin dashed or
+    dotted one. Charts draw further arms in panels of their own (or label them directly), never by colour."""
+    styles, seen, unknown = {}, {}, {}
     headline = set(headline or ())
     ordered = sorted(arms, key=lambda a: (a not in headline, arms.index(a)))  # headline arms take variant 0
     for arm in ordered:
         display = method_display(methods.get(arm, arm))
-        colour = _METHOD_COLOURS.get(display) or extra.setdefault(display, next(fallback))
+        colour = METHOD_COLOURS.get(display) or _FALLBACK[unknown.setdefault(display, len(unknown)) % len(_FALLBACK)]
+        marker = METHOD_MARKERS.get(display, "o")
         count = seen.get(display, 0)
         seen[display] = count + 1
-        if count:  # a further arm of the same method: a colour, marker and line style of its own
-            k = next(others)
-            colour = _ARM_COLOURS[k % len(_ARM_COLOURS)]
-            if k >= len(_ARM_COLOURS):  # more arms than colours: the second round is darker
-                colour = _variant(colour, 1)
-            styles[arm] = {"color": colour, "linestyle": _LINESTYLES[1 + k % (len(_LINESTYLES) - 1)],
-                           "linewidth": 1.3, "marker": _MARKERS[(k + 1) % len(_MARKERS)], "zorder": 2}
+        if count:
+            styles[arm] = {"color": colour, "linestyle": _LINESTYLES[(count - 1) % len(_LINESTYLES)], "linewidth": 1.3,
+                           "marker": marker, "zorder": 2}
         else:
-            styles[arm] = {"color": colour, "linestyle": "-", "linewidth": 2.2, "marker": "o", "zorder": 3}
+            styles[arm] = {"color": colour, "linestyle": "-", "linewidth": 2.2, "marker": marker,
+                           "zorder": 4 if display == "Sol-RL" else 3}
     return {arm: styles[arm] for arm in arms}
 
 
-def _variant(colour: str, k: int) -> str:
-    """The k-th variant of a colour: alternately darker and lighter, by at most 45 % (never near white)."""
-    from matplotlib.colors import to_rgb
+def seed_points(ax, x, y, colour: str, zorder: float = 2.5) -> None:
+    """Each run seed's own values as small hollow-free dots in the arm's colour, unlabelled (the mean line names
+    the arm)."""
+    ax.plot(x, y, linestyle="none", marker="o", markersize=2.6, color=colour, alpha=0.55, markeredgewidth=0,
+            zorder=zorder, label="_seed")
 
-    r, g, b = to_rgb(colour)
-    amount = min(0.15 * ((k + 1) // 2), 0.45)
-    target = 0.0 if k % 2 else 1.0  # odd: toward black, even: toward white
-    return "#{:02x}{:02x}{:02x}".format(*(int(255 * (c + (target - c) * amount)) for c in (r, g, b)))
+
+def legend_below(fig, handles, labels, *, ncols: int | None = None, title: str | None = None) -> None:
+    """A figure legend below the panels, outside the data (constrained layout keeps it inside the saved figure)."""
+    if not labels:
+        return
+    ncols = ncols or min(len(labels), 4)
+    fig.legend(handles, [clip(t) for t in labels], loc="outside lower center", ncols=ncols, fontsize=NORMAL,
+               frameon=False, title=title, title_fontsize=NORMAL)
+
+
+def style_axes(ax, xlabel: str, ylabel: str, *, title: str | None = None) -> None:
+    """Axis labels (with their unit), readable ticks and a light grid."""
+    ax.set_xlabel(clip(xlabel, 2 * LABEL_CHARS), fontsize=NORMAL)
+    ax.set_ylabel(clip(ylabel, 2 * LABEL_CHARS), fontsize=NORMAL)
+    if title is not None:
+        ax.set_title(clip(title, 2 * LABEL_CHARS), fontsize=NORMAL)
+    ax.tick_params(labelsize=SMALL)
+    ax.grid(alpha=0.3)
 
 
 def int_ticks(ax, axis: str = "x") -> None:

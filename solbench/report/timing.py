@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from solbench.report.plotting import new_figure, phase_colour
+from solbench.report.plotting import arm_labels, clip, legend_below, new_figure, phase_colour
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import fmt_ci, fmt_num, mean_ci, ratio_ci
 from solbench.report.tables import EVAL_PHASES, PHASE_ORDER, ROLLOUT_PHASES, Tables, same_method
@@ -369,6 +369,7 @@ def _phase_figure(tables: Tables, phase_med: pd.DataFrame, phases: list[str], co
     # horizontal bars, one row per arm, labels on the y axis at a readable size: vertical bars each as wide as its
     # label made tiny_paper's 16 arms a 2774 x 462 px strip with 5 px text (issue 48)
     n_arms = int(phase_med.groupby("model")["arm"].nunique().max())
+    labels = arm_labels(tables, tables.arm_order(tables.done_runs))
     fig = new_figure(6.0 + 3.2 * min(len(models), 2), 1.4 + 0.42 * n_arms)
     axes = fig.subplots(1, len(models), squeeze=False)[0]
     plotted = []
@@ -389,26 +390,21 @@ def _phase_figure(tables: Tables, phase_med: pd.DataFrame, phases: list[str], co
                     color="#b00000" if mark else "black", fontweight="bold" if mark else "normal")
             if mark:  # hatch the bar of an arm with a run timed beside other programs
                 ax.barh([yi], [total], color="none", edgecolor="#b00000", hatch="//", linewidth=1.0, height=0.7)
-        ax.set_yticks(y, [_wrap(a, 44) + (" *" if a in contended else "") for a in arms], fontsize=8)
-        ax.set_xlabel("seconds per iteration (median)", fontsize=9)
-        ax.set_title(f"{model}: per-phase time per iteration", fontsize=10)
+        # one line per arm, its short label (solbench/report/labels.py): wrapped full labels overprinted each other
+        ax.set_yticks(y, [labels[a] + (" *" if a in contended else "") for a in arms], fontsize=8)
+        ax.set_xlabel("seconds per iteration (median over iterations, mean over seeds)", fontsize=9)
+        ax.set_title(f"{clip(model)}: per-phase time per iteration", fontsize=10)
         ax.set_xlim(0, max(left.max() * 1.2, 1e-9))
         ax.grid(axis="x", alpha=0.3)
         plotted.append(pm.reset_index().melt(id_vars="arm", var_name="phase", value_name="seconds").assign(model=model))
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", fontsize=8, title="phase", ncols=len(labels), frameon=False)
+    handles, names = axes[0].get_legend_handles_labels()
+    legend_below(fig, handles, names, ncols=len(names), title="phase")
     return Figure("timing_phases_chart", "Per-phase time per iteration (stacked)", fig, (
-        "Measured. Stacked bars: mean over seeds of each run's median seconds per iteration in each phase, "
+        "Measured. One bar per arm, named by its short label (the arm table maps it to its settings). Stacked bars: "
+        "mean over seeds of each run's median seconds per iteration in each phase, "
         f"after {tables.options.warmup} warm-up iteration(s); evaluation excluded. The paper's Table 5 splits "
         "the same iteration into rollout (explore/select/regenerate or rollout, plus reward) and the rest (train, sync)."
         + (f" Hatched, marked 'contended' and starred: arms with a run timed while other programs kept more than "
            f"{CONTENTION} of its cores busy ({', '.join(sorted(contended))}); their seconds are slower than the same "
            "work on quiet cores (the load note above)." if contended else "")),
         data=pd.concat(plotted, ignore_index=True))
-
-
-def _wrap(label: str, width: int = 14) -> str:
-    """A tick label over several lines, broken between words only (never "explor e_steps")."""
-    import textwrap
-
-    return "\n".join(textwrap.wrap(label, width, break_long_words=False, break_on_hyphens=False)) or label
