@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import optuna
 import pandas as pd
 import pytest
 

@@ -22,9 +22,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from solbench.report.plotting import METHOD_COLOURS, NORMAL, SMALL, new_figure, style_axes
+from solbench.report.plotting import METHOD_COLOURS, SMALL, new_figure, style_axes
 from solbench.report.registry import Figure, Note, Table
-from solbench.report.stats import crossed_interval, fmt_num, mean_ci, units_needed, variance_components
+from solbench.report.stats import crossed_interval, fmt_num, mean_ci, units_needed, variance_components, zero_width
 from solbench.report.tables import Tables, _fmt_setting
 
 CLOCK_NOTE = "MEASURED on each cell's own runs' training clock (evaluation excluded)"
@@ -45,18 +45,6 @@ def front_mask(reward: pd.Series, seconds: pd.Series) -> list[bool]:
     return mask
 
 
-def _runs_of(tables: Tables, label: str, info: dict) -> list[str]:
-    from solbench.report.sweep_cells import _run_ids
-
-    trials = tables.trials
-    params = info["params"]
-    keep = pd.Series(True, index=trials.index)
-    cell = dict(part.split("=", 1) for part in label.split(", "))
-    for p in params:
-        keep &= trials[p].map(_fmt_setting) == cell[p]
-    return _run_ids(trials[keep])
-
-
 def budget_rewards(tables: Tables, cells: pd.DataFrame, info: dict) -> tuple[pd.DataFrame, float]:
     """(per cell: reward at the equal measured budget B with a t interval over its runs, B in seconds)."""
     from solbench.sweep.curve import metric_curve, reward_at_budget
@@ -64,9 +52,9 @@ def budget_rewards(tables: Tables, cells: pd.DataFrame, info: dict) -> tuple[pd.
     m = tables.metrics
     curves: dict[str, list] = {}
     finals = {}
-    for label in cells["label"]:
+    for label, runs in zip(cells["label"], cells["run_list"]):
         walls = []
-        for run in _runs_of(tables, label, info):
+        for run in runs:
             rows = m[m["run_id"] == run][["step", "split", "metric", "value", "wall_s"]].to_dict("records")
             curve = metric_curve(rows, info["metric"])
             if curve:
@@ -102,6 +90,8 @@ def trends(cells: pd.DataFrame, info: dict) -> list[dict]:
         if matrix is None:
             continue
         mean, lo, hi, _ = crossed_interval(matrix, level)
+        if zero_width(lo, hi):  # no spread at all: the data could not have said otherwise (the Findings rule)
+            lo = hi = math.nan
         seeds = math.nan
         if not (lo > 0 or hi < 0):
             comps = variance_components(matrix)
@@ -214,4 +204,4 @@ def _front_figure(cells: pd.DataFrame, info: dict) -> Figure:
         f"iteration, {CLOCK_NOTE} (bar: t interval over its runs). Dashed: the front, the cells no other beats on both "
         "(from point estimates). " + ("The PROJECTED panel: the same cells on the PROJECTED GPU clock (counted FLOPs at the "
                                       "precision each ran at; a projection, not a measurement), its front Optuna's. "
-                                      if projected else "")), data=cells.drop(columns=["_key"], errors="ignore"))
+                                      if projected else "")), data=cells.drop(columns=["_key", "run_list"], errors="ignore"))

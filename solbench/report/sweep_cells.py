@@ -85,7 +85,8 @@ def sweep_cells(tables: Tables) -> tuple[pd.DataFrame, dict]:
         runs = _run_ids(g)
         per_run = {r: _prompt_means(tables, r, metric) for r in runs}
         per_run = {r: v for r, v in per_run.items() if not v.empty}
-        row = {**dict(zip(params, key)), "trials": len(g), "runs": len(runs), "value": float(g["value"].mean())}
+        row = {**dict(zip(params, key)), "trials": len(g), "runs": len(runs), "value": float(g["value"].mean()),
+               "run_list": runs}
         if "value_time" in g:
             row["value_time"] = float(g["value_time"].mean())
             row["pareto"] = bool(g["pareto"].fillna(False).astype(bool).any()) if "pareto" in g else False
@@ -219,7 +220,7 @@ def sweep_cells_report(tables: Tables):
         "best set": ["**yes**" if b else "no" for b in shown["in_best_set"]]})
     if "value_time" in shown:
         display.insert(4, "PROJECTED ms / iteration", [fmt_num(v * 1e3, 4) for v in shown["value_time"]])
-    outputs = [Table("sweep_cells", "Sweep cells: intervals and the best set", shown.drop(columns=["_key"], errors="ignore"), (
+    outputs = [Table("sweep_cells", "Sweep cells: intervals and the best set", shown.drop(columns=["_key", "run_list"], errors="ignore"), (
         f"{best_set_line(cells, info)}. Each cell's final `{info['metric']}`: mean over its runs (R run seeds) and eval "
         f"prompts (each the mean over its eval seeds) with the {level:.0%} crossed interval (run seeds crossed with "
         "eval prompts; one run: a t interval over its eval prompts, which does not cover run-to-run variation). "
