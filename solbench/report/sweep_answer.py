@@ -90,15 +90,15 @@ def trends(cells: pd.DataFrame, info: dict) -> list[dict]:
         if matrix is None:
             continue
         mean, lo, hi, _ = crossed_interval(matrix, level)
-        if zero_width(lo, hi):  # no spread at all: the data could not have said otherwise (the Findings rule)
-            lo = hi = math.nan
+        flat = zero_width(lo, hi)  # no spread at all: the data could not have said otherwise (the Findings rule)
         seeds = math.nan
-        if not (lo > 0 or hi < 0):
+        if not flat and not (lo > 0 or hi < 0):
             comps = variance_components(matrix)
             seeds = units_needed(comps, abs(mean), vary="seeds") if comps is not None else math.nan
         out.append({"k": k, "n_small": lo_row["n"], "n_large": hi_row["n"], "mean": mean, "lo": lo, "hi": hi,
                     "n_seeds": matrix.shape[0], "seeds_needed": seeds,
-                    "verdict": "holds" if lo > 0 else "reversed" if hi < 0 else "undecided"})
+                    "verdict": "not judged: no spread" if flat else "holds" if lo > 0 else "reversed" if hi < 0
+                    else "undecided"})
     return out
 
 
