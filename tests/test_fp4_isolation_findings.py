@@ -114,8 +114,8 @@ def test_primaries_carry_holm_adjusted_verdicts_beside_the_raw_ones_and_the_rest
     for _, r in family.iterrows():
         expected = r["verdict"] if r["holm_p"] < 0.05 else "inconclusive"
         assert r["adjusted_verdict"] == expected
-    explored = data[~data["primary"]]
-    assert explored["adjusted_verdict"].str.startswith("hypothesis (").all()
+    explored = data[~data["primary"] & data["verdict"].isin(["reproduced", "contradicted", "inconclusive"])]
+    assert len(explored) and explored["adjusted_verdict"].str.startswith("hypothesis (").all()
     assert (explored["adjusted_verdict"] == "hypothesis (" + explored["verdict"] + ")").any()
 
 
@@ -254,6 +254,7 @@ def test_naive_fp4_has_no_peak_when_its_maximum_is_the_last_reading(tmp_path):
 
 # ---- the twin trains -----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_full_precision_preview_twin_trains_through_the_cli(tmp_path):
     """Catches a recipe `none` that the trainer cannot build an explore copy from (or whose copy quantizes layers):
     a one-iteration Sol-RL run with quant.recipe none finishes, records backend emulated (nothing computed in low
@@ -290,8 +291,9 @@ matrix:
     assert set(cand["precision"]) == {"explore", "full"}
 
 
-def test_recipe_none_quantizes_nothing_and_leaves_the_shipped_run_ids_alone():
-    """Catches a twin recipe that quantizes a layer, or that moves the run ids of tiny_paper's other arms."""
+def test_recipe_none_quantizes_nothing_and_tiny_papers_twin_is_sol_rls_default_arm():
+    """Catches a twin recipe that quantizes a layer, or a twin arm whose N, K, explore steps or selection differ from
+    Sol-RL's default arm (then the comparison is not the precision alone)."""
     from solbench.quant import get_recipe
     from solbench.quant.model import quantizes
     from solbench.spec import load_spec
@@ -329,3 +331,20 @@ def test_the_twins_speed_row_reads_the_speed_block_where_it_ran(tmp_path):
     assert (row["effect"], row["lo"], row["hi"]) == pytest.approx(
         (math.exp(logs.mean()), math.exp(logs.mean() - half), math.exp(logs.mean() + half)), rel=1e-9)
     assert "speed block" in row["detail"] and "rounds of the speed block (4)" in row["covers"]
+
+
+def test_naive_fp4s_primary_is_read_at_the_declared_iteration_and_the_end_is_exploratory(tmp_path):
+    """Catches a primary read where the report flags reward hacking (the committed report's naive FP4 at 32): with a
+    read-out iteration of 4, the naive FP4 primary is naive FP4 - Sol-RL at 4 (gains 0.004 x 4 - 0.006 x 4 = -0.008),
+    the at-the-end row (step 8) stays as an exploratory row, and the equal-iterations row, the same comparison as the
+    read-out one, is counted once."""
+    arms = [Arm("naive_fp4", gain=lambda s, seed: 0.004 * s + 0.001 * seed, seeds=(0, 1, 2), steps=(0, 4, 8),
+                iterations=8),
+            Arm("sol_rl", gain=lambda s, seed: 0.006 * s, seeds=(0, 1, 2), steps=(0, 4, 8), iterations=8)]
+    data = _findings(build_arms(tmp_path, "ro", arms, options=ReportOptions(n_boot=100, readout_iteration=4,
+                                                                           readout_note="a pilot on seeds 3-5")))
+    readout = data[data["claim"] == "Naive FP4 ends below Sol-RL (at the read-out iteration)"].iloc[0]
+    assert readout["primary"] and readout["effect"] == pytest.approx(-0.008 + 0.001)
+    end = data[data["claim"] == "Naive FP4 ends below Sol-RL (at naive FP4's end)"].iloc[0]
+    assert not end["primary"] and end["effect"] == pytest.approx(-0.016 + 0.001)
+    assert "Naive FP4 ends below Sol-RL (equal iterations)" not in set(data["claim"])

@@ -10,7 +10,8 @@ hypotheses, and the dose-response judged against its zero-dose control first.
   p_(1) <= ... <= p_(m), holm_(i) = max over j <= i of min(1, (m - j + 1) p_(j)). ``adjusted_verdict`` of a primary
   is the Findings rule at that p (reproduced / contradicted by the side of the effect when holm_p < 1 - ci_level,
   else inconclusive), beside the raw ``verdict``; a primary without a p keeps its verdict ("not in the family").
-- Every other row is exploratory: ``adjusted_verdict`` "hypothesis (<verdict>)", counted apart.
+- Every other judged row is exploratory: ``adjusted_verdict`` "hypothesis (<verdict>)", counted apart (projections
+  and rows not measured keep their verdict).
 - The dose-response (naive FP4 - Sol-RL per explore copy, solbench/report/dose.py) is judged against the zero dose
   first: naive FP4 - naive BF16 scaling (naive FP4 with a copy that quantizes nothing) on the same copy, reward and
   iteration, added as its own row. A dose row's gain over Sol-RL says FP4 training hurts only where naive FP4 also
@@ -102,8 +103,9 @@ def adjust(tables: Tables, rows: list[Finding]) -> list[Finding]:
     for f in rows:
         if f.primary and not f.adjusted_verdict:
             f.adjusted_verdict = NOT_IN_FAMILY.format(verdict=f.verdict)
-        elif not f.primary:
-            f.adjusted_verdict = f"hypothesis ({f.verdict})"
+        elif not f.primary:  # judged rows are hypotheses; a projection or what was not measured stays as it is
+            judged = f.verdict in (REPRODUCED, CONTRADICTED, INCONCLUSIVE)
+            f.adjusted_verdict = f"hypothesis ({f.verdict})" if judged else f.verdict
     _gate_dose(pairs)
     _flag_fidelity(tables, rows)
     return rows

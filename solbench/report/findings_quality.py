@@ -267,7 +267,9 @@ def _naive_fp4(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, 
             return paired_finding(f, paired_difference(tables, model, metric, fp4, sol, readout),
                                   f"No common seeds evaluated at iteration {readout}.", tables=tables, arms=(fp4, sol))
 
-        out += _each_reward(tables, runs, model, lambda: Finding(
+        # the equal-iterations rows were read there too: the same comparison, counted once, as the read-out claim
+        out = []
+        ends += _each_reward(tables, runs, model, lambda: Finding(
             "Naive FP4 ends below Sol-RL (at the read-out iteration)", "Sec. naive FP4", NAIVE_FP4, unit="abs",
             threshold=0.0, direction="less"), at_readout)
     same = len(out) == len(ends) and all(a.per_seed and a.per_seed == b.per_seed and a.effect == b.effect
