@@ -202,6 +202,7 @@ def test_the_papers_tables_have_the_papers_shape(report):
     t5 = next(v for k, v in blocks.items() if k.startswith("Table 5"))
     assert _cells(t5[0])[2:] == ["rollout naive (s)", "rollout Sol-RL (s)", "rollout speedup", "E2E naive (s)",
                                  "E2E Sol-RL (s)", "E2E speedup"]
+    assert _cells(t5[2])[0] == "tiny" and "| FLUX.1 (paper) | Sol-RL, 8x B200 | 184 | 79 | 2.33x | 274 | 169 | 1.62x |" in t5
     t8 = next(v for k, v in blocks.items() if k.startswith("Table 8"))
     assert {"Spearman ρ", "Kendall τ", "hit@4"} <= {_plain(c) for c in _cells(t8[0])}
 
@@ -238,3 +239,26 @@ def test_answers_say_not_measured_where_findings_lack_the_claim():
     cells = primary_table(rows)
     assert list(cells.columns) == list(PRIMARY_COLUMNS)
     assert all(len(str(v)) <= CELL_LIMIT for v in cells.iloc[0])
+
+
+def test_a_measured_speedup_is_answered_with_its_interval_clock_seeds_horizon_and_projection():
+    """Catches a speed answer that drops the interval, the verdict, the clock it is on, what it rests on, or that
+    passes a projection off as a measurement (on a CPU with bf16 units, where Table 5 is measured)."""
+    nan = float("nan")
+    detail = ("naive BF16 scaling / Sol-RL (n=16) seconds per iteration (median per run after warm-up). Measured on "
+              "AMD EPYC (avx512_bf16), the explore copy on the CPU's bf16 units (cpu_bf16): a real clock.")
+    rows = pd.DataFrame([
+        dict(claim="Sol-RL E2E speedup over naive BF16 scaling (measured)", verdict="inconclusive", primary=True,
+             effect=1.44, lo=0.96, hi=2.16, unit="ratio", mde=0.65, seeds_needed=4.0, prompts_needed=nan,
+             decide_h=0.1, covers="run seeds of each arm (3 and 3), t interval of the log ratio", detail=detail),
+        dict(claim="Sol-RL rollout speedup over naive BF16 scaling (measured)", verdict="reproduced", primary=False,
+             effect=1.76, lo=1.19, hi=2.61, unit="ratio", detail=detail),
+        dict(claim="Sol-RL E2E speedup over naive BF16 scaling (PROJECTION from counted FLOPs)", verdict="projection",
+             primary=False, effect=1.436, lo=nan, hi=nan, unit="ratio", detail="PROJECTION on B200 at 40%, from x")])
+    text = speed_answer(rows, {"Sol-RL (n=16)": "Sol-RL"}, "fallback clock", "medians over 32 iterations")
+    assert "1.44x [0.96x, 2.16x]" in text and "**inconclusive**" in text
+    assert "AMD EPYC (avx512_bf16)" in text and "fallback clock" not in text
+    assert "run seeds of each arm (3 and 3)" in text and "medians over 32 iterations" in text
+    assert "mde 1.65x" in text and "4 run seeds per arm" in text
+    assert "rollout 1.76x [1.19x, 2.61x] (**reproduced**)" in text
+    assert "On B200 at 40% it would be 1.44x end to end: a PROJECTION from counted FLOPs, not a measurement" in text

@@ -173,8 +173,9 @@ def _step(row) -> str:
     return f"iteration {match.group(1)}" if match else "the compared step"
 
 
-def speed_answer(findings: pd.DataFrame, labels: dict[str, str], clock: str) -> str:
-    """The answer to 'Is Sol-RL faster?' (module docstring)."""
+def speed_answer(findings: pd.DataFrame, labels: dict[str, str], clock: str, horizon: str = "") -> str:
+    """The answer to 'Is Sol-RL faster?' (module docstring); ``clock`` stands in where the row does not name its
+    clock, ``horizon`` says over which iterations the timings are medians."""
     e2e = _claim_row(findings, "Sol-RL E2E speedup over naive BF16 scaling (measured)")
     rollout = _claim_row(findings, "Sol-RL rollout speedup over naive BF16 scaling (measured)")
     proj_e2e = _claim_row(findings, "Sol-RL E2E speedup over naive BF16 scaling (PROJECTION")
@@ -195,7 +196,8 @@ def speed_answer(findings: pd.DataFrame, labels: dict[str, str], clock: str) -> 
         roll_text = f"; its rollout {measured(rollout)} (**{rollout['verdict']}**)"
     mde = mde_text(e2e)
     decide = decide_text(e2e)
-    rests = f"{e2e.get('covers') or 'run seeds'}; " + (f"mde {mde}; " if mde != "-" else "") + decide
+    rests = (f"{e2e.get('covers') or 'run seeds'}" + (f", {horizon}" if horizon else "") + "; "
+             + (f"mde {mde}; " if mde != "-" else "") + decide)
     return (f"{question} On the measured clock ({clock}), {arm} runs an iteration end to end {measured(e2e)} as fast "
             f"as naive BF16 scaling: **{e2e['verdict']}** for a speedup above 1x ({rests}){roll_text}.{projected}")
 
@@ -219,7 +221,7 @@ def quality_answer(findings: pd.DataFrame, labels: dict[str, str]) -> str:
             f"no worse than {margin} ({rests}){others}. Measured; no projection enters it.")
 
 
-def answer_lines(findings: pd.DataFrame | None, labels: dict[str, str], clock: str) -> list[str]:
+def answer_lines(findings: pd.DataFrame | None, labels: dict[str, str], clock: str, horizon: str = "") -> list[str]:
     """'## The answers', both answers, then the primary claims' table (Markdown lines)."""
     from solbench.report.render import markdown_table
 
@@ -228,7 +230,7 @@ def answer_lines(findings: pd.DataFrame | None, labels: dict[str, str], clock: s
         lines += ["Not measured here: these results give no findings (the findings kind was not run, or no run is "
                   "done).", ""]
         return lines
-    lines += [f"- {speed_answer(findings, labels, clock)}", f"- {quality_answer(findings, labels)}", ""]
+    lines += [f"- {speed_answer(findings, labels, clock, horizon)}", f"- {quality_answer(findings, labels)}", ""]
     table = primary_table(findings)
     if not table.empty:
         lines += ["### Primary claims", "", markdown_table(table), "",

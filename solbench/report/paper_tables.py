@@ -6,7 +6,7 @@ their short labels (solbench/report/labels.py), intervals kept as "mean ±half-w
 - Table 1 (main_results_<model>.csv): one row per method (its main arm) and the base model, one column per reward
   score: the score, its t interval over run seeds, and Δ against the base (the run's own step 0);
 - Table 5 (timing_table5.csv): the paper's columns, rollout and end to end for naive BF16 scaling and Sol-RL with
-  each speedup, one row per model (Sol-RL's main arm);
+  each speedup, one row per model (Sol-RL's main arm), then the paper's own rows (8x B200) for comparison;
 - Tables 2 and 3 (ablations_<model>_sol_rl.csv): one row per explore-step count (Table 2) or candidate pool N at
   fixed K (Table 3), the arms the findings compare;
 - Table 8 (ranking_fidelity.csv): Spearman ρ, Kendall τ and hit@K of every fidelity arm and reward (all seeds).
@@ -22,29 +22,29 @@ from solbench.report.findings_common import axis_arms, main_arm
 from solbench.report.tables import Tables, _fmt_setting
 
 
+def _interval(mean, lo, hi, digits: int, bracket: bool, suffix: str = "") -> str:
+    """'0.427 ±0.088' (a symmetric t interval by its half-width) or, with ``bracket``, '0.427 [0.339, 0.515]'; the
+    mean alone without an interval, '-' without a mean."""
+    try:
+        mean, lo, hi = float(mean), float(lo), float(hi)
+    except (TypeError, ValueError):
+        return "-"
+    if not math.isfinite(mean):
+        return "-"
+    text = f"{mean:.{digits}f}{suffix}"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return text
+    if bracket:
+        return f"{text} [{lo:.{digits}f}{suffix}, {hi:.{digits}f}{suffix}]"
+    return f"{text} ±{(hi - lo) / 2:.{digits}f}"
+
+
 def _pm(mean, lo, hi, digits: int = 3) -> str:
-    """'0.427 ±0.088' (a symmetric t interval by its half-width), '0.427' without an interval."""
-    try:
-        mean, lo, hi = float(mean), float(lo), float(hi)
-    except (TypeError, ValueError):
-        return "-"
-    if not math.isfinite(mean):
-        return "-"
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ±{(hi - lo) / 2:.{digits}f}"
+    return _interval(mean, lo, hi, digits, bracket=False)
 
 
-def _bracket(mean, lo, hi, fmt: str = "{:.3f}") -> str:
-    try:
-        mean, lo, hi = float(mean), float(lo), float(hi)
-    except (TypeError, ValueError):
-        return "-"
-    if not math.isfinite(mean):
-        return "-"
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return fmt.format(mean)
-    return f"{fmt.format(mean)} [{fmt.format(lo)}, {fmt.format(hi)}]"
+def _bracket(mean, lo, hi, suffix: str = "") -> str:
+    return _interval(mean, lo, hi, 2 if suffix else 3, bracket=True, suffix=suffix)
 
 
 def table1(tables: Tables, tidy: pd.DataFrame, labels: dict[str, str], model: str) -> pd.DataFrame:
@@ -87,11 +87,19 @@ def table5(tables: Tables, tidy: pd.DataFrame, labels: dict[str, str]) -> pd.Dat
             "rollout naive (s)": _pm(r["rollout_baseline_s"], r.get("rollout_baseline_lo"), r.get("rollout_baseline_hi"), 2),
             "rollout Sol-RL (s)": _pm(r["rollout_target_s"], r.get("rollout_target_lo"), r.get("rollout_target_hi"), 2),
             "rollout speedup": _bracket(r.get("rollout_speedup"), r.get("rollout_speedup_lo"),
-                                        r.get("rollout_speedup_hi"), "{:.2f}x"),
+                                        r.get("rollout_speedup_hi"), "x"),
             "E2E naive (s)": _pm(r["e2e_baseline_s"], r.get("e2e_baseline_lo"), r.get("e2e_baseline_hi"), 2),
             "E2E Sol-RL (s)": _pm(r["e2e_target_s"], r.get("e2e_target_lo"), r.get("e2e_target_hi"), 2),
             "E2E speedup": _bracket(r.get("e2e_speedup"), r.get("e2e_speedup_lo"), r.get("e2e_speedup_hi"),
-                                    "{:.2f}x")})
+                                    "x")})
+    from solbench.report.cost import PAPER_TABLE5
+
+    for _, p in PAPER_TABLE5.iterrows():  # the paper's own rows, for comparison (GPU clocks, no intervals)
+        rows.append({"model": f"{p['label']} (paper)", "Sol-RL arm": "Sol-RL, 8x B200",
+                     "rollout naive (s)": f"{p['rollout_naive']:g}", "rollout Sol-RL (s)": f"{p['rollout_sol']:g}",
+                     "rollout speedup": f"{p['rollout_naive'] / p['rollout_sol']:.2f}x",
+                     "E2E naive (s)": f"{p['e2e_naive']:g}", "E2E Sol-RL (s)": f"{p['e2e_sol']:g}",
+                     "E2E speedup": f"{p['e2e_naive'] / p['e2e_sol']:.2f}x"})
     return pd.DataFrame(rows)
 
 
