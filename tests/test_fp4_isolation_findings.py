@@ -348,3 +348,20 @@ def test_naive_fp4s_primary_is_read_at_the_declared_iteration_and_the_end_is_exp
     end = data[data["claim"] == "Naive FP4 ends below Sol-RL (at naive FP4's end)"].iloc[0]
     assert not end["primary"] and end["effect"] == pytest.approx(-0.016 + 0.001)
     assert "Naive FP4 ends below Sol-RL (equal iterations)" not in set(data["claim"])
+
+
+def test_table1_at_equal_measured_time_beside_the_projection_and_its_fp4_rate(tmp_path):
+    """Catches a Table 1 that shows only the projection: the same pairs at the MEASURED clock (the fixture's wall
+    clock is the step for every arm, so at the read-out iteration 4: Sol-RL 0.008 x 4 + 0.001 seed against
+    DiffusionNFT 0.002 x 4, +0.025), and the projection with NVFP4 at 2x, 3x and 4x BF16, whose budget (the clock
+    both reached) shrinks for Sol-RL's explore FLOPs as the rate grows, so its difference moves; the 4x column is the
+    B200 profile's own projection."""
+    tables = _twin_results(tmp_path, "eqt")
+    data = _findings(tables)
+    measured = data[(data["claim"] == "Sol-RL beats DiffusionNFT at equal MEASURED time") & (data["metric"] == METRIC)]
+    assert measured.iloc[0]["effect"] == pytest.approx(0.025)
+    table = [o for o in get_kind("fp4_isolation")(tables) if getattr(o, "name", "") == "table1_equal_time"][0].data
+    nft = table[table["primary_comparison"]].iloc[0]
+    assert nft["measured_effect"] == pytest.approx(0.025)
+    assert nft["4x_effect"] == pytest.approx(nft["projected_effect"])  # B200: NVFP4 9 PFLOP/s = 4 x BF16 2.25
+    assert len({round(nft[f"{r}x_effect"], 9) for r in (2, 3, 4)}) == 3

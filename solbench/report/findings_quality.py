@@ -181,39 +181,30 @@ def quality_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
         "Sol-RL beats DiffusionNFT at equal iterations", "Table 1 (compared there at equal GPU-hours)", TABLE1,
         unit="abs", threshold=0.0), sol, nft, "Needs Sol-RL and DiffusionNFT runs with common run seeds.")
 
-    def equal_time(f, metric):
-        eq = paired_equal_time(tables, model, metric, sol, nft) if sol and nft else None
+    from solbench.report.equal_time import MEASURED
+
+    def equal_time(f, metric, clock=None):  # clock None: the PROJECTED GPU clock; MEASURED: these runs' own
+        eq = paired_equal_time(tables, model, metric, sol, nft, clock) if sol and nft else None
         if eq is None:
             f.detail = "Needs Sol-RL and DiffusionNFT runs with common run seeds, per-sample eval rows and FLOP counts."
             return f
         p, budgets = eq
-        f.detail = (f"Δ = {sol} - {nft}, `{metric}`, each pair at the PROJECTED GPU clock both reached "
-                    f"({fmt_num(float(np.mean(budgets)) * 1e3, 3)} ms on one {o.hardware} at {o.mfu:.0%}, mean over "
-                    "seeds); per-sample scores interpolated between evaluations. The time axis is a PROJECTION, the "
-                    "scores are measured.")
+        at = (f"the PROJECTED GPU clock both reached ({fmt_num(float(np.mean(budgets)) * 1e3, 3)} ms on one "
+              f"{o.hardware} at {o.mfu:.0%}, mean over seeds)" if clock is None else
+              f"the MEASURED wall clock both reached ({fmt_num(float(np.mean(budgets)), 1)} s on this machine, mean "
+              "over seeds)")
+        f.detail = (f"Δ = {sol} - {nft}, `{metric}`, each pair at {at}; per-sample scores interpolated between "
+                    "evaluations. " + ("The time axis is a PROJECTION, the scores are measured." if clock is None else
+                                       "The Table 1 at equal time table adds the projection at NVFP4 2x, 3x and 4x "
+                                       "BF16's rate."))
         return paired_finding(f, p, "", tables=tables, arms=(sol, nft))
 
     out += _each_reward(tables, runs, model, lambda: Finding(
         "Sol-RL beats DiffusionNFT at equal PROJECTED GPU time", "Table 1 (equal GPU-hours)", TABLE1, unit="abs",
         threshold=0.0), equal_time)
-
-    def measured_time(f, metric):  # issue 54: beside the projection, these runs' own clock (exploratory)
-        from solbench.report.equal_time import MEASURED
-
-        eq = paired_equal_time(tables, model, metric, sol, nft, MEASURED) if sol and nft else None
-        if eq is None:
-            f.detail = "Needs Sol-RL and DiffusionNFT runs with common run seeds and per-sample eval rows."
-            return f
-        p, budgets = eq
-        f.detail = (f"Δ = {sol} - {nft}, `{metric}`, each pair at the MEASURED wall clock both reached "
-                    f"({fmt_num(float(np.mean(budgets)), 1)} s on this machine, mean over seeds); per-sample scores "
-                    "interpolated between evaluations. solbench/report/equal_time.py's table adds the projection at "
-                    "2x, 3x and 4x BF16's rate for FP4.")
-        return paired_finding(f, p, "", tables=tables, arms=(sol, nft))
-
-    out += _each_reward(tables, runs, model, lambda: Finding(
+    out += _each_reward(tables, runs, model, lambda: Finding(  # issue 54: beside the projection, exploratory
         "Sol-RL beats DiffusionNFT at equal MEASURED time", "Table 1 (equal GPU-hours, this machine's clock)", TABLE1,
-        unit="abs", threshold=0.0), measured_time)
+        unit="abs", threshold=0.0), lambda f, metric: equal_time(f, metric, MEASURED))
 
     out += _pair_claim(tables, runs, model, lambda: Finding(
         "Sol-RL matches naive BF16 scaling (non-inferior)", "Table 6",
