@@ -230,6 +230,19 @@ def test_collect_records_the_facts_and_brings_old_results_up_to_date(tmp_path):
     assert (exp / "paper_model_facts.parquet").is_file()
 
 
+def test_a_tiny_run_on_random_or_shipped_weights_records_the_shipped_architectures_share():
+    """`model.path: random` (the test specs') and `pretrained` build the shipped tiny architecture. Catches the share
+    looked up in a folder named "random" (no such file: the run left out of the projected clock)."""
+    from solbench.quant.shares import precision_split
+    from solbench.results.facts import run_facts
+
+    shipped = precision_split("tiny", "nvfp4_tiny_flux", backend="te").quantized_share
+    for path in ("random", "pretrained", None):
+        facts = run_facts({"model": {"name": "tiny", "path": path}, "quant": {"recipe": "nvfp4_tiny_flux"}},
+                          explores=True)
+        assert facts["fact_quantized_share"] == pytest.approx(shipped) and facts["fact_notes"] == ""
+
+
 def test_sample_grid_seed_labels_are_legible_at_the_saved_size(tmp_path):
     """Issue 52: the sample grids' seed labels were 6 pt. Catches any text of a sample figure under 7 pt when saved
     at the report's 110 dpi (points are 1/72 inch: 7 pt is 10.7 px at 110 dpi), measured with matplotlib's extents."""

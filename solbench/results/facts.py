@@ -61,9 +61,10 @@ def _quantized_share(model: str, recipe: str, settings: dict) -> float:
     run's resolution, weights and text length (a real model's prompts at model.text_max_length)."""
     from solbench.quant.shares import precision_split, run_text_tokens
 
-    resolution, length = settings.get("resolution"), settings.get("text_max_length")
-    split = precision_split(model, recipe, resolution=int(resolution) if resolution else None,
-                            path=settings.get("path"), backend="te",
+    resolution, length, path = settings.get("resolution"), settings.get("text_max_length"), settings.get("path")
+    if model == "tiny" and path in ("pretrained", "random"):  # the shipped architecture (solbench.models._build_tiny)
+        path = None
+    split = precision_split(model, recipe, resolution=int(resolution) if resolution else None, path=path, backend="te",
                             text_tokens=run_text_tokens(model, int(length) if length else None))
     return float(split.quantized_share)
 
