@@ -365,3 +365,24 @@ def test_table1_at_equal_measured_time_beside_the_projection_and_its_fp4_rate(tm
     assert nft["measured_effect"] == pytest.approx(0.025)
     assert nft["4x_effect"] == pytest.approx(nft["projected_effect"])  # B200: NVFP4 9 PFLOP/s = 4 x BF16 2.25
     assert len({round(nft[f"{r}x_effect"], 9) for r in (2, 3, 4)}) == 3
+
+
+def test_the_dose_response_is_judged_against_its_zero_dose_first(tmp_path):
+    """Catches a dose row read as "FP4 training hurts" where naive FP4 is no worse than naive BF16 scaling on that
+    copy (the committed report's mxfp4_w4a4 row: -0.022 against Sol-RL, -0.0003 against the zero dose): each dose row
+    gets its zero-dose control, naive FP4 - naive BF16 scaling at the same iteration (closed form of build_dose:
+    -0.4 x dose on shapes_geneval), and its adjusted verdict says whether that control holds."""
+    from fixtures.synthetic_results import DOSE_RECIPES, build_dose
+
+    data = _findings(Tables.load(build_dose(tmp_path), ReportOptions(n_boot=100)))
+    for recipe, dose in DOSE_RECIPES.items():
+        zero = data[(data["claim"] == f"Naive FP4 ends below naive BF16 scaling (the zero dose), explore copy {recipe}")
+                    & (data["metric"] == METRIC)].iloc[0]
+        assert zero["effect"] == pytest.approx(-0.4 * dose, abs=0.003) and not zero["primary"]
+        row = data[(data["claim"] == f"Naive FP4 ends below Sol-RL, explore copy {recipe}")
+                   & (data["metric"] == METRIC)].iloc[0]
+        if zero["verdict"] == REPRODUCED:
+            assert row["adjusted_verdict"] == f"hypothesis ({row['verdict']}; the zero-dose control is reproduced)"
+        else:
+            assert row["adjusted_verdict"].startswith("hypothesis (not judged: against the zero-dose control")
+    assert (data.loc[data["claim"].str.contains("the zero dose"), "verdict"] == REPRODUCED).any()
