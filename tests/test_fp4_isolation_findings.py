@@ -92,10 +92,10 @@ def _twin_results(tmp_path, name="iso", *, held=lambda arm, step: 0.0, twin_gain
                 phases=phases(lambda seed: 0.5 + 0.01 * seed)),
             Arm("sol_rl", gain=lambda s, seed: twin_gain * s, seeds=(0, 1, 2), steps=(0, 4, 8), iterations=8,
                 extra={"p_quant.recipe": "none"}, tag="twin", phases=phases(lambda seed: 1.0 + 0.02 * seed)),
-            Arm("naive_scaling", gain=lambda s, seed: 0.004 * s, seeds=(0, 1, 2), steps=(0, 4, 8), iterations=8, extra=flux,
-                phases=[("rollout", "full", 4e9, 2.0), ("train", "full", 2e9, 1.0)]),
-            Arm("diffusion_nft", gain=lambda s, seed: 0.002 * s, seeds=(0, 1, 2), steps=(0, 4, 8), iterations=8, extra=flux,
-                phases=[("rollout", "full", 1e9, 0.4), ("train", "full", 2e9, 1.0)])]
+            Arm("naive_scaling", gain=lambda s, seed: 0.004 * s, seeds=(0, 1, 2), steps=(0, 4, 8), iterations=8,
+                extra=flux, phases=[("rollout", "full", 4e9, 2.0), ("train", "full", 2e9, 1.0)]),
+            Arm("diffusion_nft", gain=lambda s, seed: 0.002 * s, seeds=(0, 1, 2), steps=(0, 4, 8), iterations=8,
+                extra=flux, phases=[("rollout", "full", 1e9, 0.4), ("train", "full", 2e9, 1.0)])]
     tables = build_arms(tmp_path, name, arms, options=ReportOptions(n_boot=100, readout_iteration=4,
                                                                    readout_note="a pilot on seeds 3-5"))
     return _with_held_out(tables, held)
@@ -195,7 +195,7 @@ def test_a_read_out_iteration_needs_its_note_and_a_sane_drop():
     assert ReportOptions.from_mapping({"readout_iteration": 16, "readout_note": "pilot"}).readout_iteration == 16
 
 
-# ---- Table 4 at precision alone ---------------------------------------------------------------------------------------
+# ---- Table 4 at precision alone ------------------------------------------------------------------------------------
 
 def test_table4_at_precision_alone_is_crossed_over_the_read_out_checkpoints_seeds(tmp_path):
     """Catches the paper's Table 4 read against full precision at more steps, or on one checkpoint with an interval

@@ -77,7 +77,8 @@ def test_table4_is_the_explore_copys_images_against_full_precision_paired_with_t
     assert clip["effect"] == pytest.approx((explore - full) / full, rel=1e-9)
     # issue 54: the explore steps against the full steps is the step-budget comparison, exploratory (the paper's
     # Table 4 is the precision alone: tests/test_fp4_isolation_findings.py)
-    assert clip["paper_table"] == "Table 4 (step budget)" and "27.44 vs 27.10" in clip["paper"] and "29.53 vs 29.43" in clip["paper"]
+    assert clip["paper_table"] == "Table 4 (step budget)"
+    assert "27.44 vs 27.10" in clip["paper"] and "29.53 vs 29.43" in clip["paper"]
     assert not clip["primary"] and clip["verdict"] in ("contradicted", INCONCLUSIVE)  # ~ -10 % against a -2 % margin
     assert "checkpoints of 3 run seeds crossed with" in clip["covers"]
     base = data[data["claim"].str.endswith("base model") & (data["paper_table"] == "Table 4 (step budget)")]
