@@ -35,7 +35,8 @@ params: {n: {choices: [4, 8]}, k: {choices: [2, 4]}}
 
 def _kill_mid_cell(spec_path: Path, results: Path, workers: int, seeds_started: int) -> dict[str, bool]:
     """Start the sweep in a child process and kill -9 it once ``seeds_started`` runs started and one of the runs
-    that has not finished holds a checkpoint (the middle of a cell); run id -> whether it held a checkpoint."""
+    that has not finished holds a checkpoint of step 1 or 2 of its 4 (the middle of a cell); run id -> whether it held
+    a checkpoint."""
     child = sweep_child(spec_path, results, workers=workers)
     deadline = time.monotonic() + 120
     try:
@@ -44,7 +45,7 @@ def _kill_mid_cell(spec_path: Path, results: Path, workers: int, seeds_started: 
             dirs = run_dirs(results, "resume")
             started = [d for d in dirs if (d / "starts.txt").exists()]
             mid = [d for d in started if RunStore(d, d.name).read_status()["state"] == "running"
-                   and RunStore(d, d.name).latest_checkpoint() is not None]
+                   and (RunStore(d, d.name).latest_checkpoint() or (99,))[0] <= 2]  # 2+ steps (0.5 s) still to go
             if len(started) >= seeds_started and mid:
                 break
             time.sleep(0.05)
