@@ -152,7 +152,7 @@ def test_the_twin_gives_integrity_speed_and_decomposition_rows(tmp_path):
 def test_readings_after_a_held_out_fall_are_flagged_and_the_arms_listed(tmp_path):
     """Catches a report that reads its claims past reward hacking without saying so: Sol-RL's held-out reward rises
     to step 4 then falls 20 % by step 8 while its training reward keeps rising, so its step-8 readings are flagged and
-    its read-out (step 4) ones are not; naive BF16 scaling's held-out reward falls only 2 % (under the declared 5 %):
+    its read-out (step 4) ones are not; naive BF16 scaling's held-out reward falls only 2 % (under the default 10 %):
     not flagged; the reward-hacking section names Sol-RL's arm, from step 8."""
     def held(arm, step):
         if arm == "sol_rlnvfp4_tiny_flux":

@@ -34,7 +34,7 @@ def check_options(options) -> None:
     elif str(note or "").strip():
         raise ConfigError("report.readout_note: given without report.readout_iteration (the iteration it explains)")
     if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not 0 < float(drop) < 1:
-        raise ConfigError(f"report.hacking_drop: a fraction of the peak between 0 and 1 (0.05: 5 %), got {drop!r}")
+        raise ConfigError(f"report.hacking_drop: a fraction of the peak between 0 and 1 (0.10: 10 %), got {drop!r}")
 
 
 def readout_step(tables: Tables) -> int | None:

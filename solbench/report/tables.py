@@ -116,7 +116,7 @@ class ReportOptions:
     # reward from its peak (a fraction of the peak) past which a reading is flagged as reward-hacked
     readout_iteration: int | None = None
     readout_note: str = ""
-    hacking_drop: float = 0.05
+    hacking_drop: float = 0.10
 
     def __post_init__(self) -> None:
         from solbench.report.readout import check_options
