@@ -159,7 +159,8 @@ class Trainer:
         from solbench.results.facts import FACTS_FILE, run_facts
 
         # what a report needs from code, fixed now (solbench.stored_facts): collect reads it, not this code later
-        self.store.write_json(FACTS_FILE, run_facts(cfg.to_dict(), explores=uses_explore))
+        if self.dist.is_main:
+            self.store.write_json(FACTS_FILE, run_facts(cfg.to_dict(), explores=uses_explore))
         if getattr(self.nets, "rollout_record", None) is not None:  # rollout path and compilation (issue 40)
             self.store.write_json("rollout.json", self.nets.rollout_record)
             # rewritten when compiled sampling falls back to eager (its compile_fallback, solbench.compile)
