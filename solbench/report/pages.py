@@ -148,7 +148,8 @@ def _clock(tables: Tables) -> str:
 
 
 def _horizon(tables: Tables) -> str:
-    """'medians over 32 iterations of Sol-RL and naive BF16 scaling, 1 warm-up iteration dropped' (Table 5's arms)."""
+    """'medians over 32 iterations, 1 warm-up iteration dropped': the horizon of Table 5's arms (the main arms of
+    the target and baseline methods), '' where the runs do not record it."""
     from solbench.report.findings_common import main_arm
     from solbench.report.tables import HORIZON
 
@@ -178,7 +179,7 @@ def build_pages(tables: Tables, sections, out_dir: Path, results_dir: Path, miss
     experiment = tables.experiment
     back = ["[Back to the report](index.md)", ""]
 
-    findings_contents, findings_body = _section_lines(sections, out_dir, used, lambda k: k.name == "findings")
+    _, findings_body = _section_lines(sections, out_dir, used, lambda k: k.name == "findings")
     detail_contents, detail_body = _section_lines(sections, out_dir, used, lambda k: k.name != "findings")
 
     index = index_header(tables, results_dir, missing)
