@@ -6,8 +6,8 @@ forced and every expected number is computed by hand from the same closed forms.
 
 from __future__ import annotations
 
-import re
 import math
+import re
 
 import numpy as np
 import pandas as pd
