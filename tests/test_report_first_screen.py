@@ -215,6 +215,7 @@ def test_jargon_links_to_the_glossary_at_its_first_use(report):
     for anchor in ("mde", "crossed-design", "projection", "verdict-rule"):
         assert text.count(f"(glossary.md#{anchor})") == 1, anchor
         assert f"## {anchor.replace('-', ' ')}" in glossary
+        assert f'id="{anchor}"' in (index.parent / "glossary.html").read_text(), anchor  # the link's target exists
     assert "[[" not in text  # no link nested in a bracket
 
 
