@@ -1,7 +1,7 @@
 """The explore forward against the full-precision forward on this CPU, per quantization backend.
 
     .venv/bin/python benchmarks/explore_cpu.py [--batch 64] [--repeats 7] [--threads 1] [--recipe nvfp4_tiny_flux]
-                                               [--backends emulated,cpu_bf16] [--profile]
+                                               [--backends emulated,cpu_bf16] [--profile] [--compiled]
 
 One forward of the shipped tiny model (width 256) at tiny_main's explore batch (4 prompts x N = 16
 candidates = 64 samples), through the engine's own call (its row padding included), in fp32 (the
@@ -9,6 +9,11 @@ full-precision network every full-step rollout uses) and as the explore copy of 
 backend: ``emulated`` (fake quantization, fp32 GEMMs) and ``cpu_bf16`` (the same NVFP4 values on the
 CPU's bf16 units, solbench.quant.cpu_bf16). Candidates are timed round-robin (benchmarks/_load.paired),
 min and median over ``--repeats`` rounds; the ratio is full precision's median over the backend's.
+
+``--compiled`` adds each network compiled as a run's sampling forwards are (solbench.compile.compile_blocks,
+inductor's default mode, inside ``sampling()``), both arms alike: rows "<name>+compiled", each ratio against the
+eager fp32 median and, for the explore copies, against compiled fp32 (the speed block's ``sampling: [compiled]``
+arms compare that pair). Compilation happens in the warm-up round and is not timed.
 
 ``--profile`` adds where one forward of each arm spends its time (torch.profiler, self CPU time by
 kind: GEMMs, the input quantizer, attention, elementwise), the breakdown issue 45 asks for when the
@@ -19,6 +24,7 @@ they fall short; nothing here is a test (tests/test_benchmark_scripts.py runs it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -58,6 +64,7 @@ def main() -> None:
     parser.add_argument("--recipe", default="nvfp4_tiny_flux")
     parser.add_argument("--backends", default="emulated,cpu_bf16")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--compiled", action="store_true", help="also every network compiled (inductor), both arms alike")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -82,22 +89,38 @@ def main() -> None:
     with torch.no_grad():
         cond = engine.encode([prompts[i % len(prompts)] for i in range(args.batch)])
 
-    def forward(net):
+    def forward(net, compiled: bool = False):
+        from solbench.compile import sampling
+
         def call():
-            with torch.no_grad():
+            with torch.no_grad(), (sampling() if compiled else contextlib.nullcontext()):
                 return engine._velocity(net, x, t, cond, None)
         return call
+
+    calls = {name: forward(net) for name, net in nets.items()}
+    if args.compiled:
+        import copy
+
+        from solbench.compile import compile_blocks
+
+        for name, net in list(nets.items()):
+            twin = copy.deepcopy(net)
+            compile_blocks(twin, "default")
+            calls[f"{name}+compiled"] = forward(twin, compiled=True)
 
     print(cpu_line())
     print(f"tiny model forward, batch {args.batch}, recipe {recipe.name}, {args.threads} thread(s), "
           f"{args.repeats} rounds (min / median ms; speedup = fp32 median / median)")
-    timings = paired({name: forward(net) for name, net in nets.items()}, repeats=args.repeats)
+    timings = paired(calls, repeats=args.repeats)
     base = timings["fp32"].median
     for name, timing in timings.items():
         ratio = base / timing.median
-        goal = "" if name in ("fp32", "emulated") else (
+        goal = "" if name.split("+")[0] in ("fp32", "emulated") else (
             "  goal met" if ratio >= GOAL else f"  {GOAL:.1f}x goal: short by {GOAL / ratio - 1:.0%}")
-        print(f"{name:10s} {1000 * timing.min:8.1f} / {1000 * timing.median:8.1f} ms   {ratio:5.2f}x{goal}")
+        twin = ""
+        if name.endswith("+compiled") and name != "fp32+compiled":
+            twin = f"   {timings['fp32+compiled'].median / timing.median:5.2f}x compiled fp32"
+        print(f"{name:19s} {1000 * timing.min:8.1f} / {1000 * timing.median:8.1f} ms   {ratio:5.2f}x{goal}{twin}")
     if args.profile:
         print("where one forward spends its time (self CPU ms, torch.profiler):")
         rows = {name: profile_breakdown(forward(net)) for name, net in nets.items()}

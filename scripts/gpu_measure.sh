@@ -14,6 +14,11 @@
 #    each arm's error is its row), rollout_speed.csv;
 # 5. `solbench doctor SPEC --measure --isolate --budget BUDGET_S`: one iteration per method at published shapes,
 #    each method in its own process (compiled, as model.compile: auto does on CUDA);
+# 6. `solbench speed SPEC --published`: Table 5 timed as the speed block does on CPU (solbench.speed: the same code
+#    path, CUDA-synchronised phase timers): the spec's block (or the default one: naive BF16 scaling, Sol-RL, naive
+#    FP4) at published shapes with random weights, SPEED_ROUNDS rounds (default 3) interleaved and rotated, each arm
+#    built, warmed up and freed in its turn (the arms do not fit in GPU memory together); its rows in
+#    $OUT/speed_block/ (speed.jsonl per arm, rounds.jsonl) and speed_block.csv. SOLBENCH_SKIP_BLOCK=1 leaves it out;
 # Everything lands in $OUT (the device tool's output folder; ./gpu_measure_out when unset): gpu_check.json,
 # rollout_speed.csv and .json, measure.json and measure.md (rewritten after every arm / method, so a run
 # cut short keeps what it measured) and gpu_measure.log. The whole script stays under the device tool's
@@ -82,6 +87,22 @@ elif [ "$LEFT" -gt 10 ]; then  # (timeout 0 would mean no limit)
     --out "$OUT_DIR" ${SOLBENCH_MEASURE_ARGS:-} || { echo "gpu_measure: measure exit $?"; status=1; }
 else
   echo "gpu_measure: no time left for the measurement (DEADLINE_S=$DEADLINE_S)"; status=1
+fi
+LEFT=$((DEADLINE_S - SECONDS))
+if [ -n "${SOLBENCH_SKIP_BLOCK:-}" ]; then
+  echo "gpu_measure: speed block left out (SOLBENCH_SKIP_BLOCK)"
+elif [ "$LEFT" -gt 30 ]; then
+  # shellcheck disable=SC2086  # SOLBENCH_BLOCK_ARGS is a list of arguments
+  timeout "$LEFT" "$PYTHON" -m solbench speed "$SPEC" --published --no-report --rounds "${SPEED_ROUNDS:-3}" \
+    --results "$WORK/speed_results" ${SOLBENCH_BLOCK_ARGS:-} || { echo "gpu_measure: speed block exit $?"; status=1; }
+  if [ -d "$WORK/speed_results" ]; then
+    mkdir -p "$OUT_DIR/speed_block" && cp -r "$WORK"/speed_results/*/speed/* "$OUT_DIR/speed_block/" 2>/dev/null
+    "$PYTHON" -c "import sys; from solbench.speed.collect import speed_table; t = speed_table(sys.argv[1]);
+t is not None and t.to_csv(sys.argv[2], index=False)" "$(ls -d "$WORK"/speed_results/* | head -n 1)" \
+      "$OUT_DIR/speed_block.csv" || echo "gpu_measure: speed_block.csv not written"
+  fi
+else
+  echo "gpu_measure: no time left for the speed block (DEADLINE_S=$DEADLINE_S)"
 fi
 echo "gpu_measure: done $(date -u +%FT%TZ) after ${SECONDS}s, status $status"
 exit $status

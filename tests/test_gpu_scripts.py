@@ -51,7 +51,8 @@ def test_gpu_measure_script_runs_the_check_and_the_measurement_and_collects_thei
     python, site = _python_without_solbench(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHON=python, PYTHONPATH=site, OUT=str(out), SOLBENCH_WHEELS=str(tmp_path / "no-wheels"),
-               SOLBENCH_MEASURE_ARGS="--tiny --methods sol_rl,naive_scaling", SOLBENCH_SPEED_ARGS="--tiny --repeats 2")
+               SOLBENCH_MEASURE_ARGS="--tiny --methods sol_rl,naive_scaling", SOLBENCH_SPEED_ARGS="--tiny --repeats 2",
+               SOLBENCH_SKIP_BLOCK="1")  # the speed block at published shapes needs a GPU (tests/test_speed_block.py)
     proc = subprocess.run(["bash", "scripts/gpu_measure.sh", str(spec), "120"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

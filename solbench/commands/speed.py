@@ -1,7 +1,8 @@
 """`solbench speed SPEC`: the spec's ``speed:`` block alone (Table 5 timed on a quiet machine), then the report.
 
 The same block `solbench run SPEC` runs after training (solbench.speed): every arm from the same model state, R
-rounds of M iterations, interleaved and rotated, alone on the machine. An interrupted block continues where it
+rounds of M iterations, interleaved and rotated, alone on the machine; a spec without a block gets the default one
+(naive BF16 scaling, Sol-RL and naive FP4, those the spec runs). An interrupted block continues where it
 stopped. ``--published`` builds the models and rewards at their published shapes with random weights (as
 ``solbench doctor SPEC --measure``), for a GPU's Table 5 at true shapes.
 """
@@ -29,8 +30,16 @@ def main(args) -> int:
 
     out = console()
     spec = load_spec(args.spec)
-    if spec.speed is None:
-        raise ConfigError(f"{args.spec}: the spec has no speed: block (solbench.spec.models.SpeedBlock)")
+    if spec.speed is None:  # the default block over the Table 5 methods the spec runs (a real spec on a lent GPU)
+        from solbench.report.tables import same_method
+        from solbench.spec.models import SpeedBlock
+
+        arms = [m for m in SpeedBlock().arms if any(same_method(r.config.method, m) for r in spec.runs)]
+        if len(arms) < 2:
+            raise ConfigError(f"{args.spec}: the spec has no speed: block and runs fewer than two of "
+                              f"{', '.join(SpeedBlock().arms)}: nothing to time against naive BF16 scaling")
+        spec.speed = SpeedBlock(arms=arms)
+        out.print(f"{args.spec} has no speed: block: timing the default block's arms {', '.join(arms)}", markup=False)
     if args.rounds is not None:
         if args.rounds < 2:
             raise ConfigError(f"--rounds must be >= 2 (an interval needs two rounds), got {args.rounds}")

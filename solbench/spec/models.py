@@ -271,6 +271,9 @@ class SpeedBlock(BaseModel):
     wait_s: float = Field(default=600.0, ge=0)  # how long to wait for other solbench work to free the cores
     target: Optional[float] = Field(default=None, gt=0)  # declared E2E ratio for power (default: the paper's)
     target_rollout: Optional[float] = Field(default=None, gt=0)  # declared rollout ratio (default: the paper's)
+    # every arm built once and kept (True), or built, warmed up and freed in each round (False: real models on one
+    # GPU, where the arms do not fit in memory together); default True on CPU, False on CUDA
+    resident: Optional[bool] = None
 
 
 class SpecModel(BaseModel):

@@ -135,12 +135,13 @@ def _pinned(cores: list[int], threads: int):
 
 
 def run_rounds(folder: Path, arms: list[Arm], block, make_runner: Callable[[Arm], Callable], *,
-               cores: list[int] | None = None, load_meter=None, echo=print) -> dict:
+               cores: list[int] | None = None, load_meter=None, echo=print, resident: bool = True) -> dict:
     """The block's rounds not yet accepted in ``folder`` (module docstring); returns a summary dict.
 
     ``make_runner(arm)`` gives a callable ``runner(step) -> [phase rows]`` (solbench.speed.iteration.ArmRunner;
     tests pass fakes) with optional ``backend`` and ``device_name`` attributes; ``load_meter`` (default a
-    LoadMeter over ``cores``) has ``start()`` and ``stop(mark) -> load``."""
+    LoadMeter over ``cores``) has ``start()`` and ``stop(mark) -> load``. ``resident`` False: each arm is built and
+    warmed up before its turn in every round and closed after it (arms that do not fit in memory together)."""
     folder.mkdir(parents=True, exist_ok=True)
     cores = list(cores or [])
     meter = load_meter or LoadMeter(cores)
@@ -148,7 +149,7 @@ def run_rounds(folder: Path, arms: list[Arm], block, make_runner: Callable[[Arm]
     runners: dict[str, Callable] = {}
     ran = []
     try:
-        if set(range(block.rounds)) - done:  # every arm built and warmed up before the first round it is timed in
+        if resident and set(range(block.rounds)) - done:  # every arm built and warmed up before the first round
             for arm in arms:
                 runners[arm.key] = _warmed(arm, make_runner, block.warmup, cores, echo)
         for index in range(block.rounds):
@@ -160,7 +161,11 @@ def run_rounds(folder: Path, arms: list[Arm], block, make_runner: Callable[[Arm]
                 order = round_order(arms, index)
                 load = 0.0
                 for position, arm in enumerate(order):
+                    if arm.key not in runners:
+                        runners[arm.key] = _warmed(arm, make_runner, block.warmup, cores, echo)
                     rows, arm_load = _time_arm(arm, runners[arm.key], index, attempt, position, block, cores, meter)
+                    if not resident:
+                        _close(runners.pop(arm.key))
                     _append(folder / arm.key / ROWS, rows)
                     load = max(load, arm_load)
                 accepted = load <= block.load_bound
@@ -180,10 +185,14 @@ def run_rounds(folder: Path, arms: list[Arm], block, make_runner: Callable[[Arm]
                 echo(f"speed block: round {index + 1} repeated: load {load:.2f} above the bound {block.load_bound}")
     finally:
         for runner in runners.values():
-            close = getattr(runner, "close", None)
-            if close is not None:
-                close()
+            _close(runner)
     return {"folder": str(folder), "ran": ran, "accepted": sorted(done | set(ran))}
+
+
+def _close(runner) -> None:
+    close = getattr(runner, "close", None)
+    if close is not None:
+        close()
 
 
 def _warmed(arm: Arm, make_runner, warmup: int, cores: list[int], echo):
@@ -252,7 +261,8 @@ def run_spec_block(spec, results_root: str | Path = "results", *, published: boo
             try:
                 summary = run_rounds(folder, arms, block,
                                      lambda arm: ArmRunner(arm.config, policy_state=state, published=published),
-                                     cores=cores, echo=echo)
+                                     cores=cores, echo=echo,
+                                     resident=block.resident if block.resident is not None else device == "cpu")
             except BaseException as err:
                 gave_up = isinstance(err, QuietMachineError)
                 _write_json(folder / "status.json", {"state": "gave up" if gave_up else "failed",

@@ -61,7 +61,14 @@ class ArmRunner:
         return self.trainer.timed
 
     def close(self) -> None:
+        """Free the arm's networks (and, on CUDA, the memory they held) and its scratch store."""
+        import gc
+
+        cuda = self.trainer.device.type == "cuda"
         del self.trainer
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
         self._scratch.cleanup()
 
 
