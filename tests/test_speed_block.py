@@ -299,3 +299,46 @@ def test_the_block_runs_on_the_tiny_model_through_the_cli(tmp_path, monkeypatch)
     sol = ratios[ratios["arm"] == "sol_rl"].iloc[0]
     assert sol["rounds"] == 3 and sol["e2e_ratio"] > 0 and sol["e2e_lo"] <= sol["e2e_ratio"] <= sol["e2e_hi"]
     assert json.loads((next((results / "speed_tiny" / "speed").iterdir()) / "status.json").read_text())["state"] == "done"
+
+
+def test_sampling_variants_time_every_arm_eager_and_compiled_alike(tmp_path):
+    """``sampling: [eager, compiled]`` times every arm in both variants, as arms of their own (model.compile off and
+    on, nothing else changed), and the paired ratio pairs each arm with the baseline of its own variant. Catches a
+    compiled variant for one arm only (an unfair pair) or ratios across variants."""
+    from solbench.spec import load_spec
+    from solbench.speed.arms import block_arms
+
+    spec = load_spec(_tiny_spec(tmp_path, "  arms: [naive_scaling, sol_rl]\n  sampling: [eager, compiled]"))
+    arms = block_arms(spec.runs, spec.speed)
+    assert [a.key for a in arms] == ["naive_scaling", "sol_rl", "naive_scaling@compiled", "sol_rl@compiled"]
+    assert [a.config.model.compile for a in arms] == ["off", "off", "on", "on"]
+    for eager, compiled in ((arms[0], arms[2]), (arms[1], arms[3])):
+        a, b = eager.config.to_dict(), compiled.config.to_dict()
+        a["model"].pop("compile"), b["model"].pop("compile")
+        assert a == b
+    cost = {"naive_scaling": 2.0, "sol_rl": 1.0, "naive_scaling@compiled": 1.0, "sol_rl@compiled": 0.25}
+    folder = tmp_path / "exp" / "speed" / "b1"
+    _run(folder, arms, _block(rounds=4, iterations=1, warmup=0), FakeArms(cost, drift=0.0))
+    pairs = paired_ratios(round_seconds(_rows(folder)), "naive_scaling")
+    ratios = pairs.groupby(["arm", "variant"])["e2e_ratio"].apply(lambda r: ratio_interval(r)[0])
+    assert ratios[("sol_rl", "eager")] == pytest.approx(2.0) and ratios[("sol_rl", "compiled")] == pytest.approx(4.0)
+
+
+def test_arms_that_do_not_fit_together_are_built_and_freed_in_their_turn(tmp_path):
+    """``resident`` False (real models on one GPU): each arm is built and warmed up before its turn in every round
+    and closed after it, so one arm's networks are in memory at a time. Catches a block that keeps every arm built
+    (out of GPU memory with three FLUX arms) or times an arm before its warm-up."""
+    arms = _arms("naive_scaling", "sol_rl")
+    events = []
+
+    def make(arm):
+        runner = FakeArms({"naive_scaling": 2.0, "sol_rl": 1.0})(arm)
+        events.append(("build", arm.key))
+        runner.close = lambda: events.append(("close", arm.key))
+        return runner
+
+    summary = run_rounds(tmp_path / "exp" / "speed" / "b1", arms, _block(rounds=2, iterations=1, warmup=1),
+                               make, load_meter=Meter([0.0]), echo=lambda m: None, resident=False)
+    assert summary["accepted"] == [0, 1]
+    assert events == [("build", "naive_scaling"), ("close", "naive_scaling"), ("build", "sol_rl"), ("close", "sol_rl"),
+                      ("build", "sol_rl"), ("close", "sol_rl"), ("build", "naive_scaling"), ("close", "naive_scaling")]
