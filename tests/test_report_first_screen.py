@@ -263,3 +263,29 @@ def test_a_measured_speedup_is_answered_with_its_interval_clock_seeds_horizon_an
     assert "mde 1.65x" in text and "4 run seeds per arm" in text
     assert "rollout 1.76x [1.19x, 2.61x] (**reproduced**)" in text
     assert "On B200 at 40% it would be 1.44x end to end: a PROJECTION from counted FLOPs, not a measurement" in text
+
+
+def test_the_headline_figure_follows_the_chart_rules(report):
+    """Catches a headline chart with clipped or overlapping text, text under 7 pt, more than 8 labelled series on
+    an axes, a method in a colour not its own, or unlabelled axes."""
+    from _chart_checks import chart_defects
+
+    from solbench.report import get_kind
+    from solbench.report.headline import headline_figure
+    from solbench.report.plotting import _METHOD_COLOURS
+
+    tables, _ = report
+    timing = next(o for o in get_kind("timing")(tables) if getattr(o, "name", "") == "timing_table5")
+    figure = headline_figure(tables, timing.data, short_labels(tables))
+    try:
+        assert chart_defects(figure.figure) == []
+        left, right = figure.figure.axes[:2]
+        colours = {line.get_label(): line.get_color() for line in left.get_lines()}
+        assert colours == {"Sol-RL": _METHOD_COLOURS["Sol-RL"], "naive BF16 scaling": _METHOD_COLOURS["naive BF16 scaling"],
+                           "naive FP4": _METHOD_COLOURS["naive FP4"], "DiffusionNFT": _METHOD_COLOURS["DiffusionNFT"]}
+        for ax in (left, right):
+            assert "(" in ax.get_ylabel() and ax.get_ylabel().endswith(")"), ax.get_ylabel()  # with its unit
+        assert "(s," in left.get_xlabel()
+        assert [t.get_text() for t in right.get_xticklabels()] == ["naive BF16 scaling", "Sol-RL"]
+    finally:
+        figure.figure.clear()
