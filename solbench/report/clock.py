@@ -141,8 +141,8 @@ def describe(tables: Tables) -> str:
     shares = proj.loc[proj["precision"].astype(str) == "explore"].groupby("run_id")["quantized_share"].first()
     share_text = ""
     if len(shares):
-        lo, hi = float(shares.min()), float(shares.max())
-        share_text = (f" (explore phases: only the {lo:.0%}" + (f"-{hi:.0%}" if hi - lo > 5e-4 else "")
+        lo, hi = f"{float(shares.min()):.0%}", f"{float(shares.max()):.0%}"  # a range only where it prints as one
+        share_text = (f" (explore phases: only the {lo}" + (f"-{hi}" if hi != lo else "")
                       + f" of a forward's FLOPs the run's recipe quantizes at {low_name}, the rest at BF16)")
     text = (f"{PROJECTION}: the run's counted FLOPs per phase at the {hw.name} rate of the precision each FLOP ran "
             f"at{share_text}: {low_name} {low_peak:g} PFLOP/s, BF16 {hw.bf16:g} PFLOP/s, x "
