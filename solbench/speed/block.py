@@ -155,7 +155,7 @@ def run_rounds(folder: Path, arms: list[Arm], block, make_runner: Callable[[Arm]
         for index in range(block.rounds):
             if index in done:
                 continue
-            tries = sum(1 for r in read_rounds(folder) if r["round"] == index and not r.get("accepted"))
+            tries = 0  # this process's tries of the round (a rerun after giving up gets 1 + repeats again)
             while True:
                 attempt = f"{index}.{tries}.{os.getpid()}.{time.time_ns() % 10**9}"
                 order = round_order(arms, index)
