@@ -199,7 +199,8 @@ def _arm_panels(tables: Tables, model: str, runs: pd.DataFrame, heads: list[str]
         head = head_of.get(runs.loc[runs["arm"] == arm, "method"].iloc[0])
         if head is not None:
             h = c[c["arm"] == head].sort_values("step")
-            ax.plot(h["step"], h["mean"], color="#9a9a9a", linestyle="--", linewidth=1.4, label="its method's headline arm")
+            ax.plot(h["step"], h["mean"], color="#9a9a9a", linestyle="--", linewidth=1.4,
+                    label="its method's headline arm")
         style = {**styles[arm], "linestyle": "-", "linewidth": 1.8}
         _draw_arm(ax, c, raw[key], model, arm, "step", 1.0, style, "this arm (its method's colour)")
         ax.set_title(labels[arm], fontsize=NORMAL)

@@ -29,7 +29,7 @@ import pandas as pd
 from solbench.report.findings_common import Finding, main_arm, reward_roles, seed_cost_s
 from solbench.report.paired import _eval_steps as eval_steps, paired_difference, seed_runs
 from solbench.report.plotting import (NORMAL, SEED_POINTS_UP_TO, SMALL, TITLE, clip, int_ticks, legend_below,
-                                      method_colour, new_figure, seed_points, style_axes)
+                                      legend_entries, method_colour, new_figure, seed_points, style_axes)
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import CI, fmt_bounded_ci, fmt_ci, mean_ci
 from solbench.report.tables import Tables, method_display, same_method
@@ -37,7 +37,7 @@ from solbench.report.tables import Tables, method_display, same_method
 SPLIT = "explore_gap"  # solbench.explore_gap.SPLIT (the report reads results, never the trainer's modules)
 DOSE = "x0_rel_dist"
 #: the gap metrics plotted against iteration: (metric, axis label)
-PANELS = ((DOSE, "sample distance / spread"), ("grad_cos", "gradient cosine"),
+PANELS = ((DOSE, "sample distance / spread (ratio)"), ("grad_cos", "gradient cosine (-1 to 1)"),
           ("grad_norm_ratio", "gradient norm ratio (low / full)"))
 EXPLORING = ("naive_fp4", "sol_rl")
 CLAIM = "Naive FP4 ends below Sol-RL, explore copy {recipe}"
@@ -245,11 +245,7 @@ def _gap_figure(model: str, data: pd.DataFrame, rows: pd.DataFrame) -> Figure:
             int_ticks(ax)
             ax.tick_params(labelsize=SMALL)
             ax.grid(alpha=0.3)
-    handles = {}
-    for ax in axes.flat:
-        for handle, name in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(name, handle)
-    legend_below(fig, list(handles.values()), list(handles.keys()), ncols=2)
+    legend_below(fig, *legend_entries(axes), ncols=2)
     fig.suptitle(f"Explore copy's error on the trained seeds against iteration, {clip(model)}", fontsize=TITLE)
     return Figure(f"explore_gap_{model}_chart", f"Explore gap against iteration, {model}", fig, (
         "One column per explore recipe, by growing sample error; one row per measure: the sample distance over the "
@@ -326,7 +322,8 @@ def _dose_figure(model: str, data: pd.DataFrame) -> Figure:
     for ax, metric in zip(axes, metrics):
         d = data[data["metric"] == metric].sort_values("dose")
         xerr = _err(d["dose"], d["dose_lo"], d["dose_hi"])
-        ax.axhline(0.0, color="black", linewidth=0.9, linestyle=":", label="0: the claim's threshold (below: naive FP4 worse)")
+        ax.axhline(0.0, color="black", linewidth=0.9, linestyle=":",
+                   label="0: the claim's threshold (below: naive FP4 worse)")
         ax.errorbar(d["dose"], d["effect"], yerr=_err(d["effect"], d["lo"], d["hi"]), xerr=xerr,
                     color=method_colour("naive_fp4"), marker="o", linestyle="-", capsize=3, linewidth=1.5,
                     label="naive FP4 - Sol-RL")

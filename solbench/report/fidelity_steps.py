@@ -24,7 +24,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from solbench.report.plotting import _FALLBACK, TITLE, clip, legend_below, new_figure, style_axes
+from solbench.report.plotting import _FALLBACK, TITLE, clip, legend_below, legend_entries, new_figure, style_axes
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import paired_ci, variance_components
 from solbench.report.tables import Tables, _fmt_setting, _hashable
@@ -249,17 +249,14 @@ def _trajectory_figure(data: pd.DataFrame, options) -> Figure:
             style_axes(ax, "training iteration of the checkpoint (0: base model)" if r == 1 else "",
                        what,  # the reward in the column's title, plain text: no Markdown backticks in a PNG
                        title=f"reward {clip(reward, 40)}" if r == 0 else None)
-    handles = {}
-    for ax in axes.flat:
-        for handle, name in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(name, handle)
-    legend_below(fig, list(handles.values()), list(handles.keys()), ncols=3)
+    legend_below(fig, *legend_entries(axes), ncols=3)
     fig.suptitle("Ranking fidelity of the explore copy against training iteration", fontsize=TITLE)
     return Figure("fidelity_by_iteration_chart", "Ranking fidelity against training iteration", fig, (
         "Top: mean per-prompt Spearman ρ (explore copy vs full precision, same seeds) of each checkpoint, one line per "
         "explore recipe (recipes set side by side at each step), one column per reward, beside the paper's Table 8 ρ "
-        f"and the threshold Table 8's verdict uses ({threshold:g}: the interval must lie above it). Bottom: Δρ from the "
-        f"base model, paired per prompt, beside the threshold of the change's verdict (-{options.fidelity_margin:g}). "
+        f"and the threshold Table 8's verdict uses ({threshold:g}: the interval must lie above it). Bottom: Δρ from "
+        "the base model, paired per prompt, beside the threshold of the change's verdict "
+        f"(-{options.fidelity_margin:g}). "
         "Bars: the intervals of the table above. Lines join measured steps only: a recipe not measured at a step "
         "has a gap there."),
         data=data)

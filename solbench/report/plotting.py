@@ -107,8 +107,7 @@ def arm_styles(arms: list[str], methods: dict[str, str], headline: set[str] | No
 
 
 def seed_points(ax, x, y, colour: str, zorder: float = 2.5) -> None:
-    """Each run seed's own values as small hollow-free dots in the arm's colour, unlabelled (the mean line names
-    the arm)."""
+    """Each run seed's own values as small dots in the arm's colour, unlabelled (the mean line names the arm)."""
     ax.plot(x, y, linestyle="none", marker="o", markersize=2.6, color=colour, alpha=0.55, markeredgewidth=0,
             zorder=zorder, label="_seed")
 
@@ -120,6 +119,17 @@ def legend_below(fig, handles, labels, *, ncols: int | None = None, title: str |
     ncols = ncols or min(len(labels), 4)
     fig.legend(handles, [clip(t) for t in labels], loc="outside lower center", ncols=ncols, fontsize=NORMAL,
                frameon=False, title=title, title_fontsize=NORMAL)
+
+
+def legend_entries(axes) -> tuple[list, list[str]]:
+    """(handles, labels) of every labelled series of ``axes`` (an array or list of them), the first of each label."""
+    import numpy as np
+
+    found: dict = {}
+    for ax in np.asarray(axes).flat:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            found.setdefault(name, handle)
+    return list(found.values()), list(found)
 
 
 def style_axes(ax, xlabel: str, ylabel: str, *, title: str | None = None) -> None:
