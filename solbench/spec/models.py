@@ -23,10 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from solbench.config import RunConfig
 from solbench.errors import ConfigError
 from solbench.spec.yaml_lines import _dotted, _nearest_line
+from solbench.spec_text import NAME_PATTERN  # a leaf module: the report shares it
 from solbench.threads import MAX_THREADS
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 # Set by the spec itself, never by base/methods overrides or the matrix.
 _RESERVED_FIELDS = ("experiment", "method")
 
