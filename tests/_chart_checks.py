@@ -3,7 +3,9 @@
 ``chart_defects(fig)`` draws the figure at the dpi the report saves it at (solbench/report/build.py: 110) on an
 Agg canvas and returns one line per defect: a text smaller than ``min_pt`` points, a text that runs past the
 figure's edge (the saved PNG cuts it), two texts whose boxes overlap, and an axes (or a legend) with more than
-``max_series`` labelled series. Tick labels count only where their tick is drawn (inside the view limits).
+``max_series`` labelled series, and an axis that draws tick labels but has no label (its own, a panel's of the same
+column or row, or the figure's supxlabel / supylabel; images are exempt). Tick labels count only where their tick is
+drawn (inside the view limits).
 """
 
 from __future__ import annotations
@@ -75,9 +77,33 @@ def chart_defects(fig, *, dpi: float = SAVED_DPI, min_pt: float = MIN_PT, max_se
         labels = set(ax.get_legend_handles_labels()[1])
         if len(labels) > max_series:
             defects.append(f"axes {k} ({ax.get_title()!r}) has {len(labels)} labelled series (over {max_series})")
+    defects += _unlabelled_axes(fig, renderer)
     legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
     for legend in legends:
         entries = [t for t in legend.get_texts() if t.get_text().strip()]
         if len(entries) > max_series:
             defects.append(f"a legend has {len(entries)} entries (over {max_series})")
     return defects
+
+
+def _unlabelled_axes(fig, renderer) -> list[str]:
+    """Axes whose x (y) axis draws tick labels with no label on it, on a panel above or below (beside) it, or on the
+    figure."""
+    axes = [ax for ax in fig.axes if ax.get_visible() and not ax.images]
+    boxes = {id(ax): ax.get_window_extent(renderer) for ax in axes}
+    sup = {"x": bool(fig._supxlabel and fig._supxlabel.get_text()), "y": bool(fig._supylabel and fig._supylabel.get_text())}
+    out = []
+    for k, ax in enumerate(axes):
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            drawn = [t for t in axis._update_ticks() if t.label1.get_visible() and t.label1.get_text().strip()
+                     or t.label2.get_visible() and t.label2.get_text().strip()]
+            if not drawn or axis.label.get_text().strip() or sup[name]:
+                continue
+            box = boxes[id(ax)]
+            lo, hi = (box.x0, box.x1) if name == "x" else (box.y0, box.y1)
+            shared = [o for o in axes if o is not ax and (getattr(o, f"{name}axis").label.get_text().strip())
+                      and min(hi, (boxes[id(o)].x1 if name == "x" else boxes[id(o)].y1))
+                      - max(lo, (boxes[id(o)].x0 if name == "x" else boxes[id(o)].y0)) > 0.5 * (hi - lo)]
+            if not shared:
+                out.append(f"axes {k} ({ax.get_title()!r}): the {name} axis has tick labels and no label")
+    return out

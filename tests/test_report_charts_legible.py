@@ -59,7 +59,8 @@ def test_a_report_of_twenty_arms_draws_every_chart_legibly(report):
     """Catches every chart defect of issue 52's list on a report as crowded as tiny_paper's: 20 series on each of
     the learning curves' axes, the convergence charts' 20-entry legends over the title and cut at the bottom, the
     reward-hacking legend cut on both sides, overprinted multi-line tick labels of the phase chart, point labels
-    under 7 pt, the ranking-fidelity chart's 9-entry legend, and any new chart that runs text off its edge."""
+    under 7 pt, the ranking-fidelity chart's 9-entry legend, the explore-gap chart's unlabelled y axes, and any new
+    chart that runs text off its edge."""
     from PIL import Image
 
     index, measured = report
@@ -106,6 +107,10 @@ def test_the_checker_finds_crowded_clipped_small_and_overlapping_text():
     assert "'tiny' is 5.0 pt" in defects
     assert "'a note past the right edge of the figure' is clipped by the figure edge" in defects
     assert "texts 'overlapping' and 'overlapping too' overlap" in defects
+    bare = new_figure(3.0, 2.0)
+    bare.subplots().plot([0, 1], [0, 1])  # ticks without axis labels
+    assert [d.split(": ")[1] for d in chart_defects(bare)] == ["the x axis has tick labels and no label",
+                                                               "the y axis has tick labels and no label"]
     fig = new_figure(4.0, 3.0)
     ax = fig.subplots()
     ax.plot([0, 1], [0, 1], label="Sol-RL")

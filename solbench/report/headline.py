@@ -134,6 +134,7 @@ def _table5_bars(ax, tables: Tables, timing_table: pd.DataFrame | None, labels: 
                     va="bottom", fontsize=8)
     ax.set_xticks(x, [labels.get(n, n) for n in names], fontsize=8)
     ax.set_ylabel("seconds per iteration (s)")
+    ax.set_xlabel("arm (Table 5's baseline and target)")
     top = np.nanmax(np.concatenate([e2e, hi]))
     ax.set_ylim(0, top * 1.3)
     ax.grid(axis="y", alpha=0.3)

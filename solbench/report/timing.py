@@ -392,6 +392,7 @@ def _phase_figure(tables: Tables, phase_med: pd.DataFrame, phases: list[str], co
                 ax.barh([yi], [total], color="none", edgecolor="#b00000", hatch="//", linewidth=1.0, height=0.7)
         # one line per arm, its short label (solbench/report/labels.py): wrapped full labels overprinted each other
         ax.set_yticks(y, [labels[a] + (" *" if a in contended else "") for a in arms], fontsize=8)
+        ax.set_ylabel("arm (short label)", fontsize=9)
         ax.set_xlabel("seconds per iteration (median over iterations, mean over seeds)", fontsize=9)
         ax.set_title(f"{clip(model)}: per-phase time per iteration", fontsize=10)
         ax.set_xlim(0, max(left.max() * 1.2, 1e-9))
