@@ -52,19 +52,3 @@ def main(args) -> int:
     from solbench.commands.run import report_or_say_why
 
     return 0 if report_or_say_why(out, spec, args) else 1
-
-
-def run_speed_block(out, spec, args) -> bool:
-    """`solbench run`'s speed block after training (and after the fidelity block: it needs the machine alone);
-    whether it timed a round now. A failure (no quiet machine) is said, not fatal: the training runs' report is
-    still written."""
-    if getattr(spec, "speed", None) is None:
-        return False
-    from solbench.speed.block import run_spec_block
-
-    try:
-        summary = run_spec_block(spec, args.results, echo=lambda m: out.print(m, markup=False))
-    except Exception as err:  # noqa: BLE001 - the report of the training runs must still be written
-        out.print(f"speed block failed: {type(err).__name__}: {err}", markup=False)
-        return False
-    return bool(summary and summary["ran"])

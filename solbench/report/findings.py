@@ -137,6 +137,7 @@ def collect_findings(tables: Tables) -> list[Finding]:
     from solbench.report.findings_speed import convergence_findings, fidelity_findings, speed_findings
     from solbench.report.dose import dose_findings
     from solbench.report.findings_table4 import table4_findings
+    from solbench.report.findings_twin import twin_findings
 
     findings: list[Finding] = []
     metric = tables.headline_metric()
@@ -144,6 +145,7 @@ def collect_findings(tables: Tables) -> list[Finding]:
         runs = tables.done_runs[tables.done_runs["model"] == model]
         if metric is not None and not runs.empty:
             findings += quality_findings(tables, model, runs)
+            findings += twin_findings(tables, model, runs)  # Sol-RL against its full-precision-preview twin
         elif not runs.empty or metric is None:
             findings.append(Finding("Quality claims (Tables 1, 2, 3, 6)", "Tables 1-3, 6", "-", model=model,
                                     detail="No evaluation rows."))

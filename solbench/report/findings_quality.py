@@ -214,9 +214,6 @@ def quality_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Fin
                                  f"{o.noninferiority_margin:.0%}."))
     out += _naive_fp4(tables, model, runs, sol, fp4)
     out += _ablation_claims(tables, model, runs)
-    from solbench.report.findings_twin import twin_findings
-
-    out += twin_findings(tables, model, runs)  # issue 54: Sol-RL against its full-precision-preview twin
     return out
 
 

@@ -183,3 +183,14 @@ def fmt_paired(mean: float, lo: float, hi: float, covers: str = "") -> str:
         return f"{mean:+.4f} (no interval)"
     mark = f" {PROMPTS_ONLY_MARK}" if str(covers).startswith("eval prompts only") else ""
     return f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]{mark}"
+
+
+def paired_matrix(cell: dict, other: dict) -> np.ndarray | None:
+    """[common run seeds, common eval prompts] of cell - other ({run seed: per-prompt means} each, as a sweep cell
+    holds them), or None when they share no seed."""
+    common = [s for s in cell if s in other]
+    if not common:
+        return None
+    rows = [(cell[s] - other[s]).dropna() for s in common]
+    matrix = pd.concat(rows, axis=1, join="inner").T.to_numpy(float)
+    return matrix if matrix.size else None

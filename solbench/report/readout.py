@@ -18,23 +18,7 @@ import math
 
 import pandas as pd
 
-from solbench.errors import ConfigError
 from solbench.report.tables import Tables
-
-
-def check_options(options) -> None:
-    """ConfigError for a read-out iteration without its note, or a horizon / drop out of range."""
-    it, note, drop = options.readout_iteration, options.readout_note, options.hacking_drop
-    if it is not None:
-        if isinstance(it, bool) or not isinstance(it, int) or it < 1:
-            raise ConfigError(f"report.readout_iteration: must be a positive iteration, got {it!r}")
-        if not str(note or "").strip():
-            raise ConfigError(f"report.readout_iteration: {it} needs report.readout_note beside it: how the iteration "
-                              "was chosen before these data (a pilot on other seeds, a previous report), in words")
-    elif str(note or "").strip():
-        raise ConfigError("report.readout_note: given without report.readout_iteration (the iteration it explains)")
-    if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not 0 < float(drop) < 1:
-        raise ConfigError(f"report.hacking_drop: a fraction of the peak between 0 and 1 (0.10: 10 %), got {drop!r}")
 
 
 def readout_step(tables: Tables) -> int | None:

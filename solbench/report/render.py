@@ -34,21 +34,13 @@ import pandas as pd
 from markdown.extensions import Extension
 from markdown.treeprocessors import Treeprocessor
 
-from solbench.bounded_text import clip
+from solbench.report.inert import neutral  # noqa: F401  (pages.py quotes through render)
 from solbench.report.registry import Note, Table
 from solbench.report.stats import fmt_num
 
 CELL_CHARS = 400  # a table cell's bound (the findings' longest cells are about 2,000 characters of our own text)
-TEXT_CHARS = 4000  # a note's or caption's bound
 TITLE_CHARS = 200  # a title's bound (headings and figure alt text)
 
-_NEWLINES = re.compile(r"[\r\n\u2028\u2029\x0b\x0c\x85]+")
-
-
-def neutral(text, limit: int = TEXT_CHARS) -> str:
-    """``text`` made inert in Markdown and HTML: ``& < >`` as entities, newlines as spaces, at most ``limit``
-    characters of it (``clip``: the first ones and how many it had). Clipping comes first: the cost is bounded too."""
-    return _NEWLINES.sub(" ", html.escape(clip(text, limit), quote=False))
 
 
 def cell(value, limit: int = CELL_CHARS) -> str:

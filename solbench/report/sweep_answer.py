@@ -75,7 +75,7 @@ def budget_rewards(tables: Tables, cells: pd.DataFrame, info: dict) -> tuple[pd.
 
 def trends(cells: pd.DataFrame, info: dict) -> list[dict]:
     """Table 3's trend at each K: largest N against smallest N, paired (see the module docstring)."""
-    from solbench.report.sweep_cells import paired_matrix
+    from solbench.report.paired import paired_matrix
 
     if not {"n", "k"} <= set(info["params"]):
         return []

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from solbench.report.paired import paired_matrix
 from solbench.report.registry import Note, Table, report_kind
 from solbench.report.stats import crossed_interval, fmt_num, mean_ci
 from solbench.report.tables import Tables, _fmt_setting
@@ -140,16 +141,6 @@ def sweep_cells(tables: Tables) -> tuple[pd.DataFrame, dict]:
     decided = int(cells["in_best_set"].sum()) == 1
     return cells.drop(columns="_key"), {**info, "decided": decided, "top": top["label"], "top_key": top["_key"],
                                         "intervals": bool(cells["lo"].notna().any())}
-
-
-def paired_matrix(cell: dict, other: dict) -> np.ndarray | None:
-    """[common run seeds, common eval prompts] of cell - other, or None when they share no seed."""
-    common = [s for s in cell if s in other]
-    if not common:
-        return None
-    rows = [(cell[s] - other[s]).dropna() for s in common]
-    matrix = pd.concat(rows, axis=1, join="inner").T.to_numpy(float)
-    return matrix if matrix.size else None
 
 
 def _difference(cell: dict, top: dict, level: float) -> dict:

@@ -119,9 +119,19 @@ class ReportOptions:
     hacking_drop: float = 0.10
 
     def __post_init__(self) -> None:
-        from solbench.report.readout import check_options
-
-        check_options(self)
+        """A read-out iteration needs its note (how it was chosen, solbench.report.readout); a horizon or a drop out of
+        range is refused (ConfigError)."""
+        it, note, drop = self.readout_iteration, self.readout_note, self.hacking_drop
+        if it is not None:
+            if isinstance(it, bool) or not isinstance(it, int) or it < 1:
+                raise ConfigError(f"report.readout_iteration: must be a positive iteration, got {it!r}")
+            if not str(note or "").strip():
+                raise ConfigError(f"report.readout_iteration: {it} needs report.readout_note beside it: how the iteration "
+                                  "was chosen before these data (a pilot on other seeds, a previous report), in words")
+        elif str(note or "").strip():
+            raise ConfigError("report.readout_note: given without report.readout_iteration (the iteration it explains)")
+        if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not 0 < float(drop) < 1:
+            raise ConfigError(f"report.hacking_drop: a fraction of the peak between 0 and 1 (0.10: 10 %), got {drop!r}")
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any] | None, where: str = "report") -> "ReportOptions":
@@ -350,7 +360,7 @@ class Tables:
             warnings.append(f"{int(self.runs['git_sha'].isna().sum())} run(s) have no recorded git SHA.")
         bad = self.incomplete_runs
         if len(bad):
-            from solbench.report.render import neutral  # a run's error text is not the report's: quoted inert
+            from solbench.report.inert import neutral  # a run's error text is not the report's: quoted inert
 
             lines = []
             for _, run in bad.iterrows():

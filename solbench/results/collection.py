@@ -135,7 +135,7 @@ def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = N
         if frame.empty:
             frame = pd.DataFrame(columns=list(columns))
         frames[table] = frame
-    from solbench.speed.collect import speed_table
+    from solbench.results.speed_rows import speed_table
 
     speed = speed_table(experiment_dir)  # a spec's speed: block (solbench.speed), where one ran
     if speed is not None:

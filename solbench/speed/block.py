@@ -31,11 +31,8 @@ from pathlib import Path
 from typing import Callable
 
 from solbench.errors import SolbenchError
+from solbench.results.speed_rows import ROUNDS, ROWS, SPEED_DIR, read_rounds  # noqa: F401  (the files' names)
 from solbench.speed.arms import Arm, block_arms, round_order
-
-SPEED_DIR = "speed"
-ROUNDS = "rounds.jsonl"
-ROWS = "speed.jsonl"
 
 
 class QuietMachineError(SolbenchError):
@@ -77,12 +74,6 @@ def _append(path: Path, rows: list[dict]) -> None:
         f.write("".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in rows))
         f.flush()
         os.fsync(f.fileno())
-
-
-def read_rounds(folder: Path) -> list[dict]:
-    from solbench.results.storage import scan_jsonl
-
-    return scan_jsonl(folder / ROUNDS).rows if (folder / ROUNDS).exists() else []
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -1,6 +1,6 @@
 """Table 5 from a speed block's rows: per-round paired ratios, their interval over rounds, and power.
 
-From speed.parquet (solbench.speed.collect), the accepted rounds of the latest block. Per arm, round and
+From speed.parquet (solbench.results.speed_rows), the accepted rounds of the latest block. Per arm, round and
 iteration: rollout seconds (the rollout phases) and end-to-end seconds (every phase but evaluation and compile,
 as solbench.report.timing sums a training iteration); a round's value is the median over its M iterations. The
 arms of one round ran back to back, so each round gives one paired ratio per arm, baseline seconds / arm seconds

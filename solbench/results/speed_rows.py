@@ -1,4 +1,6 @@
-"""The speed block's rows as one table (``speed.parquet``, written by solbench.results.collect).
+"""The speed block's files and its rows as one table (``speed.parquet``, written by solbench.results.collect).
+
+The block (solbench.speed.block) writes these files and collect reads them, so their names live here, below both.
 
 Every row of every arm's ``speed.jsonl`` under ``results/<experiment>/speed/<block id>/``, with the block id, when
 the block started, and whether its round attempt was accepted (its line in rounds.jsonl; rows of an attempt that
@@ -10,7 +12,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from solbench.speed.block import ROWS, SPEED_DIR, read_rounds
+SPEED_DIR = "speed"
+ROUNDS = "rounds.jsonl"
+ROWS = "speed.jsonl"
+
+
+def read_rounds(folder: Path) -> list[dict]:
+    from solbench.results.storage import scan_jsonl
+
+    return scan_jsonl(folder / ROUNDS).rows if (folder / ROUNDS).exists() else []
 
 
 def speed_table(experiment_dir: str | Path):
