@@ -418,7 +418,8 @@ def test_a_prompt_file_that_is_not_utf8_is_an_error_when_the_spec_is_expanded(tm
     assert f"train_prompts: {prompts}: not UTF-8 text" in line
     assert cli(["run", str(path), "--results", str(tmp_path / "results"), "--quiet"]) == 2
     assert "not UTF-8 text" in capsys.readouterr().err and not (tmp_path / "results").exists()
-    prompts.write_text("a red circle\nun carr\u00e9 bleu\n")  # the same prompts in UTF-8 expand
+    # UTF-8 prompts expand (prompts of the shapes grammar: a prompt outside it is refused at expand too)
+    prompts.write_text("a red circle\na blue square\n")
     assert cli(["expand", str(path)]) == 0
 
 

@@ -352,11 +352,14 @@ def test_tiny_papers_fidelity_block_plans_final_and_halfway_checkpoints_of_three
             (store.checkpoint_dir).mkdir(exist_ok=True)
             (store.checkpoint_dir / f"step_{step:08d}.pt").write_bytes(b"")
     settings = _block_settings(spec, spec.fidelity, tmp_path, lambda *a: None)
-    assert len(settings) == 11 == planned_count(spec.runs, spec.fidelity)
+    assert len(settings) == 12 == planned_count(spec.runs, spec.fidelity)
     base = [s for s in settings if s.checkpoint is None]
     assert sorted(s.recipe for s in base) == ["none", "nvfp4_tiny", "nvfp4_tiny_flux"]
+    # the read-out policy (step 16, issue 54) of each seed at both the copy and the full-precision control, so that
+    # Table 4 compares precision alone there, crossed over seeds
     halfway = [s for s in settings if s.checkpoint and s.checkpoint.endswith("step_00000016.pt")]
-    assert len(halfway) == 3 and {s.recipe for s in halfway} == {"nvfp4_tiny_flux"}
+    assert len(halfway) == 6 and sorted(s.recipe for s in halfway) == ["none"] * 3 + ["nvfp4_tiny_flux"] * 3
+    assert len({s.checkpoint for s in halfway}) == 3
     seeds = {Path(s.checkpoint).name for s in settings if s.checkpoint and not s.checkpoint.endswith(".pt")}
     main = [r for r in spec.runs if r.config.method == "sol_rl" and r.config.iterations == 32]
     assert seeds == {r.run_id for r in main}  # every seed's final policy, of the main (long) arm
@@ -376,14 +379,15 @@ def test_tiny_paper_keeps_three_seeds_per_primary_claim_and_final_numbers_held_o
     assert {c.eval.prompts for c in cfgs} == {"shapes/heldout"} and {c.model.path for c in cfgs} == {None}
     # the dose-response (issue 48): naive FP4 and Sol-RL on three explore copies, 3 seeds each; all else on FLUX's
     dose = {"nvfp4_tiny_flux", "mxfp4_tiny_flux", "mxfp4_w4a4"}
-    assert {c.quant.recipe for c in cfgs} == dose
+    assert {c.quant.recipe for c in cfgs} == dose | {"none"}  # none: Sol-RL's full-precision-preview twin
+    assert {c.method for c in cfgs if c.quant.recipe == "none"} == {"sol_rl"}
     assert {c.quant.recipe for c in cfgs if c.method not in ("sol_rl", "naive_fp4")} == {"nvfp4_tiny_flux"}
     for method in ("sol_rl", "naive_fp4"):
         for recipe in dose:
             assert len({c.seed for c in cfgs if c.method == method and c.quant.recipe == recipe
                         and c.method_config.get("explore_steps", 6) == 6 and c.method_config.get("k") == 4
                         and c.method_config.get("n") == 16}) == 3, (method, recipe)
-            assert all(c.eval.explore_gap_every for c in cfgs if c.method == method), method
+            assert all(c.eval.explore_gap_every for c in cfgs if c.method == method and c.quant.recipe != "none"), method
 
     def seeds(method, iterations, **settings):
         return {c.seed for c in cfgs if c.method == method and c.iterations == iterations

@@ -128,7 +128,8 @@ def _headline(tables: Tables, sections, labels: dict[str, str], out_dir: Path, u
     from solbench.report.headline import headline_figure
     from solbench.report.render import render_output
 
-    figure = headline_figure(tables, _data(sections, "timing_table5"), labels)
+    figure = headline_figure(tables, _data(sections, "timing_table5"), labels,
+                             speed_table=_data(sections, "speed_block"))
     if figure is None:
         return []
     try:

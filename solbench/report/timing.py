@@ -302,8 +302,14 @@ def timing(tables: Tables):
             "format, recipe and backend its seconds were measured with. "
             "The paper's numbers (8x B200) are in the cost projection section."), display=display))
     else:
-        outputs.append(Note("Table 5 pair", f"No done runs of both `{opts.baseline_method}` and `{opts.target_method}` "
-                                           "on the same model: the speedup table needs both (per-arm timings follow)."))
+        both = [model for model in med["model"].unique()
+                if all(med.loc[med["model"] == model, "method"].map(lambda x, w=w: same_method(x, w)).any()
+                       for w in (opts.baseline_method, opts.target_method))]
+        why = (f"every run of `{opts.baseline_method}` or of `{opts.target_method}` was timed under contention "
+               f"(other programs' load above {CONTENTION}), so no quiet pair is left to compare" if both else
+               f"no done runs of both `{opts.baseline_method}` and `{opts.target_method}` on the same model")
+        outputs.append(Note("Table 5 pair", f"No speedup table from the training runs: {why} (per-arm timings "
+                                           "follow; the spec's speed block times the arms alone)."))
     # every arm, with the per-phase medians
     explore_ids = set(tables.timings.loc[tables.timings["precision"] == "explore", "run_id"])
     phases = _phase_order(phase_med["phase"].unique())
