@@ -253,7 +253,10 @@ def test_decomposed_fidelity_pairs_each_recipe_with_the_step_budget_control(tmp_
                          dict(common, precision="full", reward=float(f[c]))]
     folder = tmp_path / "fid"
     folder.mkdir()
-    pd.DataFrame(runs).to_parquet(folder / "runs.parquet", index=False)
+    from fixtures.collected_facts import with_facts
+
+    # as collect writes them: each run's facts (its default explore recipe among them) beside its settings
+    with_facts(pd.DataFrame(runs), pd.DataFrame()).to_parquet(folder / "runs.parquet", index=False)
     pd.DataFrame(cand).to_parquet(folder / "candidates.parquet", index=False)
     tables = Tables.load(folder, OPTS)
     table = _table(tables, "ranking_fidelity", "ranking_fidelity_decomposed")
@@ -400,14 +403,26 @@ def test_table8_plain_claim_goes_to_the_recipe_the_training_runs_explored_with()
     from types import SimpleNamespace
 
     from solbench.report.findings_speed import _primary_recipe
+    from solbench.stored_facts import FACTS_SCHEMA, SCHEMA_COLUMN
 
-    def tables(*training_recipes):  # done_runs as Tables gives it: the training runs, never the fidelity runs
-        return SimpleNamespace(done_runs=pd.DataFrame([{"model": "tiny", "p_quant.recipe": r} for r in training_recipes]))
+    # each model's default explore recipe as collect records it with every run (fact_default_explore_recipe); the
+    # report reads it from there (issue 52: nothing computed from code at report time)
+    default = {"tiny": "nvfp4_tiny_flux", "flux": "nvfp4_flux"}
+
+    def row(model, recipe=None):
+        return {"model": model, "p_quant.recipe": recipe, "fact_default_explore_recipe": default[model],
+                SCHEMA_COLUMN: FACTS_SCHEMA}
+
+    def tables(*training_recipes, model="tiny"):  # done_runs: the training runs; fidelity_runs apart, as Tables has
+        return SimpleNamespace(done_runs=pd.DataFrame([row("tiny", r) for r in training_recipes],
+                                                      columns=list(row("tiny"))),
+                               fidelity_runs=pd.DataFrame([row(model, "nvfp4_tiny")]))
 
     both = ["nvfp4_tiny", "nvfp4_tiny_flux"]
     assert _primary_recipe(tables("nvfp4_tiny_flux", "nvfp4_tiny_flux", "nvfp4_tiny"), "tiny", both) == "nvfp4_tiny_flux"
     # the runs' recipe wins over the model's default (nvfp4_tiny_flux): a report of runs at SANA's coverage
     assert _primary_recipe(tables("nvfp4_tiny", "nvfp4_tiny", "nvfp4_tiny_flux"), "tiny", both) == "nvfp4_tiny"
     assert _primary_recipe(tables(), "tiny", both) == "nvfp4_tiny_flux"  # no training runs: the model's default
-    assert _primary_recipe(tables(), "flux", both) is None  # neither is FLUX's default: every claim names its recipe
-    assert _primary_recipe(tables(), "flux", ["nvfp4_tiny_flux"]) == "nvfp4_tiny_flux"  # one recipe: plain name
+    # neither is FLUX's default: every claim names its recipe
+    assert _primary_recipe(tables(model="flux"), "flux", both) is None
+    assert _primary_recipe(tables(model="flux"), "flux", ["nvfp4_tiny_flux"]) == "nvfp4_tiny_flux"  # one: plain
