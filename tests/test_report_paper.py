@@ -125,8 +125,11 @@ def test_naive_fp4_at_its_end_against_its_controls_and_on_the_held_out_reward(pa
     assert f"step {PAPER_LONG}" in end.loc["shapes_clip", "detail"] and "iterations=36" in end.loc["shapes_clip", "detail"]
     assert end.loc["shapes_clip", "verdict"] == REPRODUCED
     peak = _rows(findings, "Naive FP4 peaks and then declines")
-    assert peak.loc["shapes_geneval", "verdict"] == CONTRADICTED and peak.loc["shapes_clip", "verdict"] == REPRODUCED
-    assert set(peak["overall"]) == {REWARDS_DISAGREE}
+    # the training reward rises to the end: its maximum is the last reading, so there is no peak to decline from and
+    # nothing to test (issue 54: the 'peak' once chosen on the same data was below the final value)
+    assert peak.loc["shapes_geneval", "verdict"] == INCONCLUSIVE and "No peak" in peak.loc["shapes_geneval", "detail"]
+    assert peak.loc["shapes_clip", "verdict"] == REPRODUCED
+    assert set(peak["overall"]) == {INCONCLUSIVE}  # one reward decided, the other with nothing to test
     assert peak.loc["shapes_clip", "effect"] == pytest.approx(-0.2, abs=3e-3)  # 0.1 at step 12 -> -0.1 at 36
     controls = findings.data[findings.data["claim"].str.startswith("Naive FP4 declines more than")]
     assert {c.split(" than ")[1].split(" (")[0] for c in controls["claim"]} == {"Sol-RL", "naive BF16 scaling"}
