@@ -6,8 +6,10 @@ depends on them), forms the combinations, and resolves each (``_Resolver.resolve
 micro-batch and reference defaults, and the checks of a whole run (registries, counts, batch arithmetic).
 Sweeps resolve their sampled combinations through the same code (``ExperimentSpec.resolve``).
 
-One class, about 450 lines: every step above reads the same state (the spec's merged sections, its line table for
-``file:line`` errors, the registries), so they are methods of ``_Resolver``; the typed models it validates against
+One class, about 520 lines: every step above reads the same state (the spec's merged sections, its line table for
+``file:line`` errors, the registries), so they are methods of ``_Resolver``, the matrix bound counted before any
+combination is formed (``_check_size``) and the prompt files read once per expansion (``_prompt_file_problem``)
+among them; the typed models it validates against
 are solbench.spec.models, the fidelity block's checks solbench.spec.fidelity_block, a backend resolved on this CPU
 solbench.quant.backends.resolve_on_cpu. ``_check_run`` (the longest method) is a flat list of independent checks
 of one run, each naming its key and line.
