@@ -274,7 +274,8 @@ def _fidelity_figure(groups: pd.DataFrame, ks: tuple[int, ...], recipes: dict[st
     colours = {key: _FALLBACK[copies.index(recipes.get(key[1], "")) % len(_FALLBACK)] for key in series}
     plain = clip(reward_text.replace("`", ""), 80)  # a PNG shows Markdown backticks as they are (issue 48)
     hit_cols = [f"hit@{k}" for k in ks if f"hit@{k}" in groups and groups[f"hit@{k}"].notna().any()]
-    fig = new_figure(13.0 if hit_cols else 10.0, 1.8 + 0.46 * len(series))
+    # at least the height the y label needs (2.9 in at 9 pt): with two rows it was clipped at the top and bottom
+    fig = new_figure(13.0 if hit_cols else 10.0, max(3.4, 1.8 + 0.46 * len(series)))
     axes = fig.subplots(1, 3 if hit_cols else 2, sharey=True, width_ratios=[1, 1, 0.8] if hit_cols else [1, 1])
     # one box per arm and kind (issue 48: eleven overlaid histogram outlines on a -1..1 axis could not be told
     # apart), on an axis fitted to the data; each row named on the axis (issue 52: an 11-entry legend)
