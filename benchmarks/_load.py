@@ -86,7 +86,7 @@ def cpu_line() -> str:
     import torch
 
     try:
-        from solbench.cpu import cpu_model, native_bf16_flags
+        from solbench.machine.cpu import cpu_model, native_bf16_flags
 
         model, bf16 = cpu_model(), ",".join(native_bf16_flags()) or "none"
     except Exception:

@@ -10,7 +10,7 @@ backend: ``emulated`` (fake quantization, fp32 GEMMs) and ``cpu_bf16`` (the same
 CPU's bf16 units, solbench.quant.cpu_bf16). Candidates are timed round-robin (benchmarks/_load.paired),
 min and median over ``--repeats`` rounds; the ratio is full precision's median over the backend's.
 
-``--compiled`` adds each network compiled as a run's sampling forwards are (solbench.compile.compile_blocks,
+``--compiled`` adds each network compiled as a run's sampling forwards are (solbench.models.compile.compile_blocks,
 inductor's default mode, inside ``sampling()``), both arms alike: rows "<name>+compiled", each ratio against the
 eager fp32 median and, for the explore copies, against compiled fp32 (the speed block's ``sampling: [compiled]``
 arms compare that pair). Compilation happens in the warm-up round and is not timed.
@@ -68,11 +68,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from solbench.engine import Engine
+    from solbench.engine.engine import Engine
     from solbench.models.tiny import load_tiny
     from solbench.models.tiny_adapter import TinyAdapter
     from solbench.quant import quantized_copy, recipe_for_model
-    from solbench.timing import PhaseTimer
+    from solbench.engine.timing import PhaseTimer
 
     model = load_tiny(pretrained=True)
     adapter = TinyAdapter(model)
@@ -90,7 +90,7 @@ def main() -> None:
         cond = engine.encode([prompts[i % len(prompts)] for i in range(args.batch)])
 
     def forward(net, compiled: bool = False):
-        from solbench.compile import sampling
+        from solbench.models.compile import sampling
 
         def call():
             with torch.no_grad(), (sampling() if compiled else contextlib.nullcontext()):
@@ -101,7 +101,7 @@ def main() -> None:
     if args.compiled:
         import copy
 
-        from solbench.compile import compile_blocks
+        from solbench.models.compile import compile_blocks
 
         for name, net in list(nets.items()):
             twin = copy.deepcopy(net)

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/lora_rollout.py [--steps 10] [--repeats 5] [--batches 16,66] [--load both]
 
 The NFT family samples its full-precision rollouts from the "old" role, which with LoRA is the
-shared transformer run with adapter "old" active (solbench.policy.AdapterView: peft's LoRA layers
+shared transformer run with adapter "old" active (solbench.engine.policy.AdapterView: peft's LoRA layers
 add two rank-r matmuls per targeted linear, and the view switches adapters around each forward).
 The merged rollout copy (PolicyNets(rollout_copy=True), model.rollout_copy: merged) computes the same
 images (to fp32 rounding, printed as "max |dx0|") without the LoRA matmuls, at the price of its adapted
@@ -42,11 +42,11 @@ def main() -> None:
     from rich.table import Table
 
     from solbench.config import FinetuneConfig
-    from solbench.engine import Engine, SamplerSpec
+    from solbench.engine.engine import Engine, SamplerSpec
     from solbench.models.tiny import load_tiny
     from solbench.models.tiny_adapter import TinyAdapter
-    from solbench.policy import PolicyNets
-    from solbench.timing import PhaseTimer
+    from solbench.engine.policy import PolicyNets
+    from solbench.engine.timing import PhaseTimer
 
     adapter = TinyAdapter(load_tiny(pretrained=True))
     nets = PolicyNets(adapter.transformer, FinetuneConfig(mode="lora", lora_rank=8, lora_alpha=16), roles=("old",),

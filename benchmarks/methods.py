@@ -32,7 +32,7 @@ import torch
 from solbench.config import EvalConfig, FinetuneConfig, ModelConfig, RunConfig, SamplingConfig
 from solbench.method import method_names
 from solbench.results import RunStore
-from solbench.trainer import Trainer
+from solbench.train.trainer import Trainer
 
 PHASES = ("explore", "select", "regenerate", "rollout", "reward", "train", "sync")
 ROLLOUT_PHASES = ("explore", "select", "regenerate", "rollout", "reward")

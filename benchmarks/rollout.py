@@ -4,7 +4,7 @@
 
 For ODE (Euler) sampling at each batch size and precision (fp32, bf16, emulated NVFP4 W4A4 with the
 "nvfp4_tiny" recipe) it prints the best-of-repeats images/s, the achieved GFLOP/s (FLOPs from
-solbench.flops, counted by torch's FlopCounter) and its share of this CPU's peak, the time of a bare
+solbench.models.flops, counted by torch's FlopCounter) and its share of this CPU's peak, the time of a bare
 model forward (TinyT2I.velocity on prepared tensors) next to the same forward inside the engine, and
 the engine's per-call overhead: the share of engine.sample's wall time spent outside the model
 forward (noise, schedule, padding, guidance, decoding, bookkeeping). Target: under 5% at batch 64.
@@ -15,7 +15,7 @@ moment: on a shared 2-core machine those two drift apart by more than the overhe
 measured "+7%" and "-4%" that way for the same code).
 
 "row padding" is the cost, inside the forward, of the engine's CPU row padding for bit-identical
-regeneration (solbench.batch_invariance): the bare forward with and without it, interleaved. It is
+regeneration (solbench.models.batch_invariance): the bare forward with and without it, interleaved. It is
 engine machinery too; the overhead column counts the time outside the forward.
 
 "% GEMM" is the achieved rate over an fp32 1024^3 GEMM's rate measured right before each repeat
@@ -58,12 +58,12 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from solbench.batch_invariance import pad_linear_rows
-    from solbench.engine import Engine, SamplerSpec
+    from solbench.models.batch_invariance import pad_linear_rows
+    from solbench.engine.engine import Engine, SamplerSpec
     from solbench.models.tiny import load_tiny
     from solbench.models.tiny_adapter import TinyAdapter
     from solbench.quant import get_recipe, quantized_copy
-    from solbench.timing import PhaseTimer
+    from solbench.engine.timing import PhaseTimer
 
     try:
         model = load_tiny(pretrained=True)

@@ -1,1 +1,1 @@
-"""Methods, one file each. Installed as solbench.methods; see solbench/method.py for the interface."""
+"""Methods, one file each. Installed as solbench.methods; see solbench/method/__init__.py for the interface."""

@@ -5,7 +5,7 @@ arXiv 2509.25050. Reference repository: scxue/advantage_weighted_matching
 (advantage_weighted_matching/scripts/train_sd3_awm.py, config/dgx_awm.py).
 
 Per iteration: the policy draws G samples per prompt (any sampler; the reference uses its order-2
-SA-Solver, solbench.sampling "sa_solver", or "awm_sde", its first-order transition). Advantages
+SA-Solver, solbench.engine.sampling "sa_solver", or "awm_sde", its first-order transition). Advantages
 (global std) are clipped to 5 and scaled to [-1, 1]. Each sample's final x0 is re-noised at
 ``train_timesteps`` schedule points, stratified over the sampler's indices (``time_type``:
 "discrete_wo_init", indices 1 .. int(T * timestep_fraction), the reference's GenEval/OCR configs;
@@ -36,7 +36,7 @@ Deviations from the reference:
   per rollout (on-policy).
 - Sampler: ``sampler="sa_solver"`` is the reference's rollout sampler (use_sa_solver: SA-Solver,
   predictor and corrector of order 2 in PEC mode, tau = noise_level on 0.3 <= t <= 0.9; see
-  solbench.sampling), which the real specs use. The default ``awm_sde`` is its first-order
+  solbench.engine.sampling), which the real specs use. The default ``awm_sde`` is its first-order
   stochastic transition with a constant tau (it keeps the tiny model's numbers).
 - Guidance: every loss forward (v_theta, v_ref, v_slow) uses the rollout's resolved guidance, so a run
   with guidance 1.0 never falls back to the model's CFG default.
@@ -56,7 +56,7 @@ interleaved rollouts of 16 images cost the same whichever sampler/role (awm_sde 
 2.6-3.2 s, euler on the old view 2.2-3.1 s). Single AWM rollouts measured 2.9 s and 11.8 s minutes
 apart on that shared machine, so the reported gap is load from other processes (the OpenMP
 collapse issue 17 is about), not AWM; the adapter switches of its reference and slow-copy views
-are now skipped where redundant (solbench.policy.active_adapter).
+are now skipped where redundant (solbench.engine.policy.active_adapter).
 """
 
 from __future__ import annotations
@@ -67,10 +67,10 @@ from typing import Literal
 
 import torch
 
-from solbench.advantages import group_advantages, group_reward_std
+from solbench.method.advantages import group_advantages, group_reward_std
 from solbench.method import (Batch, Candidate, Chunk, Iteration, Method, broadcast_time, ema_into_role,
                              expand_groups, help_field, mean_dims, micro_batches, register, velocity_deviation)
-from solbench.sampling import SamplerSpec
+from solbench.engine.sampling import SamplerSpec
 from solbench.methods.diffusion_nft import old_policy_decay
 
 

@@ -12,9 +12,9 @@ random int(timestep_fraction * (T - 1)) of its first T - 1 steps (the last step 
 PPO clipped surrogate, eps = 1e-4, and no KL.
 
 Deviations from the reference:
-- The log-prob recompute is solbench.sampling.step_log_prob (the rollout's arithmetic, with the
+- The log-prob recompute is solbench.engine.sampling.step_log_prob (the rollout's arithmetic, with the
   rollout's guidance), so the on-policy ratio is exactly 1 on CPU thanks to the engine's row padding
-  (solbench.batch_invariance; on GPU equal up to floating-point reordering). The reference's log-prob
+  (solbench.models.batch_invariance; on GPU equal up to floating-point reordering). The reference's log-prob
   keeps the Gaussian's constant terms (a dangling line that dropped them was fixed upstream in
   2025-08); constants cancel in the ratio either way.
 - The reference trains sample by sample (train_batch_size 1) and steps the optimizer every
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
-from solbench.advantages import group_advantages, group_reward_std
+from solbench.method.advantages import group_advantages, group_reward_std
 from solbench.method import (Batch, Candidate, Chunk, Iteration, Method, expand_groups, help_field,
                              micro_batches, register)
-from solbench.sampling import SamplerSpec, step_log_prob
+from solbench.engine.sampling import SamplerSpec, step_log_prob
 
 
 @dataclass

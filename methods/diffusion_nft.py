@@ -43,10 +43,10 @@ from typing import Literal
 
 import torch
 
-from solbench.advantages import group_advantages, group_reward_std
+from solbench.method.advantages import group_advantages, group_reward_std
 from solbench.method import (Batch, Candidate, Chunk, Iteration, Method, broadcast_time, ema_into_role,
                              expand_groups, help_field, mean_dims, micro_batches, register, velocity_deviation)
-from solbench.sampling import SamplerSpec
+from solbench.engine.sampling import SamplerSpec
 
 
 def trained_timesteps(n_points: int, timestep_fraction: float) -> int:

@@ -6,7 +6,7 @@ sd3_sde_with_logprob.py, flow_grpo/stat_tracking.py).
 
 Per iteration: the policy draws G samples per prompt with the FlowGRPO SDE (noise scale
 sigma_t = a sqrt(t / (1 - t)), a = noise_level) keeping every state and per-step Gaussian log-prob
-(solbench.sampling). Per-prompt advantages (global std by default) clipped to [-5, 5]; samples with
+(solbench.engine.sampling). Per-prompt advantages (global std by default) clipped to [-5, 5]; samples with
 an advantage of exactly 0 are dropped. For each of the first int(T * timestep_fraction) steps j the
 loss is the PPO clipped surrogate
 
@@ -40,9 +40,9 @@ old: its ratio differs from 1 and the clip acts. Here ``finetune.optimizer_steps
 this (the real specs: 2); with one step per rollout every ratio is 1 and the clip never acts.
 
 Deviations from the reference:
-- The log-prob recompute is solbench.sampling.step_log_prob, the rollout's own arithmetic, with the
+- The log-prob recompute is solbench.engine.sampling.step_log_prob, the rollout's own arithmetic, with the
   same padding of every network call, so the on-policy ratio is exactly 1 on CPU, where the engine
-  pads batches and linear-layer rows to row-invariant counts (solbench.batch_invariance). On GPU a
+  pads batches and linear-layer rows to row-invariant counts (solbench.models.batch_invariance). On GPU a
   recompute in another micro-batch is equal up to floating-point reordering, as in the reference.
 - The reference pads the kept samples (A != 0) back up to a multiple of its per-GPU batch count
   with random zero-advantage samples; here the kept samples are simply trained (a zero-advantage
@@ -66,10 +66,10 @@ from typing import Literal
 
 import torch
 
-from solbench.advantages import group_advantages, group_reward_std
+from solbench.method.advantages import group_advantages, group_reward_std
 from solbench.method import (Batch, Candidate, Chunk, Iteration, Method, expand_groups, help_field,
                              mean_dims, micro_batches, register)
-from solbench.sampling import SamplerSpec, step_log_prob
+from solbench.engine.sampling import SamplerSpec, step_log_prob
 
 
 @dataclass

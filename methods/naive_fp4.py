@@ -12,13 +12,13 @@ DiffusionNFT objective trains on those low-precision samples with their low-prec
 regeneration. The harness re-syncs the explore copy after every update.
 
 Deviations from the reference: those of DiffusionNFT (methods/diffusion_nft.py) and of the selection
-helpers (solbench/selection.py).
+helpers (solbench/method/selection.py).
 """
 
 from __future__ import annotations
 
 from solbench.method import Batch, Candidate, Iteration, expand_groups, register
-from solbench.selection import select_per_group
+from solbench.method.selection import select_per_group
 from solbench.methods.diffusion_nft import DiffusionNFT
 from solbench.methods.naive_scaling import RolloutScalingConfig
 

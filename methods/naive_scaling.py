@@ -11,7 +11,7 @@ the DiffusionNFT objective trains on those K with advantages from their rewards.
 match at a fraction of the rollout cost.
 
 Deviations from the reference: those of DiffusionNFT (methods/diffusion_nft.py) and of the
-selection helpers (solbench/selection.py: stable tie-breaking, no duplicates).
+selection helpers (solbench/method/selection.py: stable tie-breaking, no duplicates).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from solbench.method import Batch, Candidate, Iteration, expand_groups, help_field, register
-from solbench.selection import select_per_group
+from solbench.method.selection import select_per_group
 from solbench.methods.diffusion_nft import DiffusionNFT, NFTLossConfig
 
 

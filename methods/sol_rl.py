@@ -9,7 +9,7 @@ Per iteration and prompt:
    with a short ODE of ``explore_steps`` steps; score them (proxy rewards).
 2. Select K by proxy reward (best_worst: top floor(K/2) + bottom ceil(K/2)).
 3. Regenerate exactly those seeds (same prompt id and candidate index, so the same initial noise,
-   solbench.noise) with the full-precision old policy and the full step budget; score them again.
+   solbench.engine.noise) with the full-precision old policy and the full step budget; score them again.
    Advantages come from these full-precision rewards only.
 4. Train with the DiffusionNFT objective, unchanged (methods/diffusion_nft.py).
 5. The harness re-syncs (merges and re-quantizes) the explore copy after the update, timed as "sync".
@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from solbench.method import Batch, Candidate, Iteration, expand_groups, help_field, register
-from solbench.selection import select_per_group
+from solbench.method.selection import select_per_group
 from solbench.methods.diffusion_nft import DiffusionNFT
 from solbench.methods.naive_scaling import RolloutScalingConfig
 

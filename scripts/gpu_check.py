@@ -216,7 +216,7 @@ def lora_state() -> dict:
     from diffusers import FluxTransformer2DModel
 
     from solbench.config import FinetuneConfig
-    from solbench.policy import PolicyNets
+    from solbench.engine.policy import PolicyNets
 
     model = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=64,
                                    num_attention_heads=2, joint_attention_dim=64, pooled_projection_dim=64,

@@ -2,12 +2,12 @@
 
 One command for every number of a row of that table, so a candidate is judged the same way each time:
 
-- ranking fidelity (``solbench.fidelity``, the code `solbench fidelity` runs): 16 seeds per prompt, 6 explore
+- ranking fidelity (``solbench.fidelity.experiment``, the code `solbench fidelity` runs): 16 seeds per prompt, 6 explore
   steps against 10 full-precision steps, sigma shift 3, run seed 0, rewards shapes_geneval and shapes_clip, on
   the held-out 16 (the issue's bar), the tuning split shapes/eval 33 and the fresh grammar draw shapes/draw26 30,
   for each explore recipe (default: the FLUX analogue, the SANA analogue and the step-budget-only control);
   per set the mean per-prompt Spearman rho, and pooled over the 79 prompts with a 95 % normal interval;
-- strict held-out accuracy (``solbench.world.accuracy.evaluate``: the eval noise stream, 10 Euler steps,
+- strict held-out accuracy (``solbench.measure.tiny_accuracy.evaluate``: the eval noise stream, 10 Euler steps,
   shift 3) unguided and at each CFG scale, overall and the weakest skill.
 
     python scripts/measure_tiny.py --model-path build/tiny_rD --out build/tiny_rD/measure.json
@@ -53,7 +53,7 @@ def measure_fidelity(model_path: str, recipes: list[str], workdir: Path, run_see
                      echo=print) -> dict:
     import pandas as pd
 
-    from solbench.fidelity import FidelitySettings, run
+    from solbench.fidelity.experiment import FidelitySettings, run
     from solbench.report.fidelity import group_fidelity, pair_candidates
     from solbench.results import RunStore
 
@@ -84,7 +84,7 @@ def measure_fidelity(model_path: str, recipes: list[str], workdir: Path, run_see
 
 def measure_accuracy(model_path: str, seeds: int, guidances: list[float | None]) -> dict:
     from solbench.models.tiny import load_tiny
-    from solbench.world.accuracy import evaluate
+    from solbench.measure.tiny_accuracy import evaluate
 
     model = load_tiny(folder=Path(model_path))
     result = evaluate(model, "shapes/heldout", seeds=seeds, steps=10, guidances=tuple(guidances), shift=3.0)

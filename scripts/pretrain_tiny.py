@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from solbench.models.tiny import ASSET_NAME, TinyT2I, TinyT2IConfig, asset_path, load_tiny, save_tiny
-from solbench.world.accuracy import evaluate
+from solbench.measure.tiny_accuracy import evaluate
 from solbench.world.grammar import sample_training_pair
 from solbench.world.scenes import render_batch
 

@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 
 from solbench.models.base import shifted_sigmas
 from solbench.models.tiny import load_tiny
-from solbench.sampling import SamplerSpec, sample
+from solbench.engine.sampling import SamplerSpec, sample
 from solbench.world.grammar import sample_training_pair
 
 

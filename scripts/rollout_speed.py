@@ -16,7 +16,7 @@ with the spec's LoRA (as solbench's PolicyNets builds it: fp32 adapters on the b
 - ``explore_rowwise``: FP8 with rowwise scales (a scale per token and per output channel, the recipe's layers:
   fp8_rowwise_flux on FLUX) with fast accumulation.
 
-Each arm runs eager or compiled (solbench.compile, model.compile's mode; ``--compile auto`` compiles on CUDA
+Each arm runs eager or compiled (solbench.models.compile, model.compile's mode; ``--compile auto`` compiles on CUDA
 only). The default plan measures what the issues' ratios rest on first: the two FP8 candidates compiled (fast
 accumulation, rowwise), then the faster BF16 path compiled, then those three arms eager (seconds each), then the
 plain FP8 copy compiled and eager, the LoRA path eager, and last the LoRA path compiled (peft under dynamo: the
@@ -25,14 +25,14 @@ plan (e.g. ``explore_fast:compiled,merged:compiled,merged:eager``). Explore arms
 here (fast accumulation where the copy is not on torch's FP8 GEMM) are skipped and say why.
 
 Nothing is lost to one arm: each runs in its own try/except and an error is that arm's row (``error``), the
-CSV and JSON are rewritten after every arm, a compiled arm whose compilation fell back to eager (solbench.compile)
+CSV and JSON are rewritten after every arm, a compiled arm whose compilation fell back to eager (solbench.models.compile)
 is recorded as that error instead of timing eager code, and an explore copy is built when its first arm starts
 and dropped after its last. ``--budget`` starts no arm past that many seconds. ``--inject-failure ARM`` (or
 ``ARM:compiled``) raises inside that arm: the test of this script's resilience.
 
 Rows: ``arm, precision, compiled, batch, seconds_per_forward, tflops, compile_seconds, error``, where
 seconds_per_forward is the median time of one batched call divided by the sample forwards it makes (as
-docs/measured/H200.md counts it) and tflops the model's closed-form FLOPs (solbench.flops) over that time.
+docs/measured/H200.md counts it) and tflops the model's closed-form FLOPs (solbench.models.flops) over that time.
 rollout_speed.json adds the speed ratios the issues ask about, what was skipped and the environment.
 """
 
@@ -119,7 +119,7 @@ def build(cfg, device: torch.device, tiny: bool):
 
     from solbench.measure.published import build_adapter
     from solbench.models import default_lora_init
-    from solbench.policy import PolicyNets
+    from solbench.engine.policy import PolicyNets
 
     adapter = build_adapter(cfg.model.name, device, torch.bfloat16, tiny=tiny,
                             resolution=None if tiny else cfg.model.resolution)
@@ -174,7 +174,7 @@ class ExploreCopies:
 
 
 def measure(args, out_dir: Path) -> dict:
-    from solbench.compile import compile_blocks, on_fallback, resolve_compile, sampling
+    from solbench.models.compile import compile_blocks, on_fallback, resolve_compile, sampling
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = _first_run(args.spec)
@@ -254,7 +254,7 @@ def _measure_arm(arm, compiled, args, adapter, nets, copies, x, t, cond, guidanc
         module, precision = copies.get(arm)
         owner = module
         if compiled and any(type(m).__name__ == "QuantLinear" for m in module.modules()):
-            raise _Skip("an emulated copy is not compiled (solbench.policy)")
+            raise _Skip("an emulated copy is not compiled (solbench.engine.policy)")
     if args.inject_failure in (arm, f"{arm}:{'compiled' if compiled else 'eager'}"):
         raise InjectedFailure(f"--inject-failure {args.inject_failure}")
 

@@ -37,10 +37,10 @@ class ModelConfig:
     # SANA: the linear-FFN SANA 1.6B of Sol-RL's configs/sol_rl/sana.py (SANA_LinearFFN.pth), loaded into a
     # SanaTransformer2DModel whose feed-forward is Linear (solbench.models.sana_linear); None = model.path's own
     checkpoint: str | None = None
-    # rollout forwards under torch.compile (solbench.compile: each repeated transformer block, sampling only):
+    # rollout forwards under torch.compile (solbench.models.compile: each repeated transformer block, sampling only):
     # auto = on for CUDA, off on CPU; on; off; or a torch.compile mode ("max-autotune-no-cudagraphs", the reference's)
     compile: str = "auto"
-    # what full-precision rollouts of the method's rollout role sample through (solbench.rollout_copy): "merged",
+    # what full-precision rollouts of the method's rollout role sample through (solbench.train.rollout_copy): "merged",
     # a copy with that role's LoRA merged (the reference's inference copy, refreshed after every update, phase
     # "sync"); "lora", the shared transformer with the role's adapter; auto = merged where the doctor's memory
     # model says it fits the GPU, lora on CPU. The run writes what it took to rollout.json
@@ -72,7 +72,7 @@ class FinetuneConfig:
     lora_init: str | None = None
 
 
-#: model.rollout_copy's values (solbench.rollout_copy).
+#: model.rollout_copy's values (solbench.train.rollout_copy).
 ROLLOUT_COPY_SETTINGS = ("auto", "merged", "lora")
 
 #: Each model's explore recipe where neither a run nor a command names one (``solbench fidelity``, the reports'
@@ -121,7 +121,7 @@ class SamplingConfig:
 class MicroBatchConfig:
     """How many samples go through a network at once, per rank: a memory bound, not a result.
 
-    On CPU the results are bit-identical whatever these are (solbench.batch_invariance); on GPUs they
+    On CPU the results are bit-identical whatever these are (solbench.models.batch_invariance); on GPUs they
     change only the summation order. None at expansion takes the model's default
     (solbench.models.MICRO_BATCH_DEFAULTS: the tiny model runs whole batches, the real models sizes
     that fit a B200 and an H100 at their native resolution, see docs/real-models.md).
@@ -149,7 +149,7 @@ class EvalConfig:
     shift: float | None = None  # sigma-schedule shift of the evaluation samples
     sampler: Literal["euler", "dpm2"] = "euler"  # the deterministic ODE solver of the evaluation samples
     # methods with an explore copy: the seeds they train on sampled at the other precision too, and the distance of
-    # the samples and of the loss gradient logged (split explore_gap, solbench.explore_gap) at iteration 1, every
+    # the samples and of the loss gradient logged (split explore_gap, solbench.train.explore_gap) at iteration 1, every
     # this many iterations and the last; untimed, and it never changes the training; 0 = not measured
     explore_gap_every: int = 0
 
@@ -160,9 +160,9 @@ class NumericsConfig:
 
     On CPU a GEMM or a reduction split over 2 threads adds in another order than over 1, so a run's
     intra-op thread count is a setting of the run, never derived from the machine: not from its cores,
-    its load, ``--workers`` or how many runs are left (solbench.threads). The default, 1, is what one
+    its load, ``--workers`` or how many runs are left (solbench.machine.threads). The default, 1, is what one
     run per core gives on any machine. A run whose setting cannot be had (fewer cores than
-    ``threads``, a Slurm task with fewer CPUs) says so in one line and records it (solbench.numerics).
+    ``threads``, a Slurm task with fewer CPUs) says so in one line and records it (solbench.machine.numerics).
     On CUDA the count only sizes the CPU-side work (the GPU's kernels do not depend on it).
     """
 

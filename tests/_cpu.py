@@ -1,13 +1,13 @@
 """Whether this CPU's float32 GEMM lets several ranks match one process bit for bit, for the tests
-that compare them (and those of solbench.batch_invariance's padding).
+that compare them (and those of solbench.models.batch_invariance's padding).
 
 Every run, rank and worker computes on its config's thread count (numerics.threads, default 1:
-solbench.threads), so a thread count never differs between the two sides of a comparison: the tests
+solbench.machine.threads), so a thread count never differs between the two sides of a comparison: the tests
 compare on 1 thread, as the runs do (issue 39: a quiet machine gave the one-process side 2 threads and
 the ranks 1, and on an Intel Xeon with AMX the rewards differed where the probe below, of a few GEMMs,
 said they could not). What remains is the batch: two ranks give the numbers of one process bit for bit
 only if a sample's forward pass does not depend on how many samples share its batch. solbench pads
-every linear layer's input to at least 16 rows and a multiple of 4 (solbench.batch_invariance), which is
+every linear layer's input to at least 16 rows and a multiple of 4 (solbench.models.batch_invariance), which is
 enough where the GEMM gives a row the same bits for every such row count. Whether it does is the BLAS
 kernel's:
 

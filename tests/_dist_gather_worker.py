@@ -17,10 +17,10 @@ import torch
 import torch.distributed as tdist
 
 from solbench.config import RunConfig
-from solbench.distributed import init_distributed
+from solbench.engine.distributed import init_distributed
 from solbench.method import Iteration
 from solbench.results import RunStore
-from solbench.trainer import Trainer, _seeded_generator
+from solbench.train.trainer import Trainer, _seeded_generator
 
 CONFIGS = {"sol_rl": {"n": 4, "k": 2, "explore_steps": 2}, "flow_grpo": {"group_size": 3}}
 STEPS = 3

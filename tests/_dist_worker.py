@@ -12,12 +12,12 @@ from pathlib import Path
 
 import torch
 
-from solbench.distributed import init_distributed
-from solbench.engine import Engine, SamplerSpec
+from solbench.engine.distributed import init_distributed
+from solbench.engine.engine import Engine, SamplerSpec
 from solbench.models.tiny import load_tiny
 from solbench.models.tiny_adapter import TinyAdapter
 from solbench.rewards import RewardSet
-from solbench.timing import PhaseTimer
+from solbench.engine.timing import PhaseTimer
 
 PROMPT_IDS = ["a", "a", "b", "b", "c"]
 PROMPTS = ["two red circles", "two red circles", "a blue square", "a blue square", "a green triangle"]

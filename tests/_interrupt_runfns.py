@@ -1,6 +1,6 @@
 """Run functions that interrupt the real trainer at a chosen point (importable by name in worker processes).
 
-``sigterm_at_eval``: solbench.trainer.train_run, except that the first run of the experiment to finish
+``sigterm_at_eval``: solbench.train.trainer.train_run, except that the first run of the experiment to finish
 the evaluation of step SOLBENCH_TEST_SIGTERM_AT sends SIGTERM to its own process there: its eval rows
 are written, the checkpoint of that step is not. Once per experiment folder (a marker file); a resumed
 attempt runs without SOLBENCH_TEST_SIGTERM_AT and so runs through. Before the signal it waits until every
@@ -17,7 +17,7 @@ import time
 
 from solbench.config import RunConfig
 from solbench.results import RunStore
-from solbench.trainer import train_run
+from solbench.train.trainer import train_run
 
 
 def sigterm_at_eval(cfg: RunConfig, store: RunStore, progress=None) -> dict:

@@ -6,7 +6,7 @@ kernels (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA are re
 On 1 thread (what every rank and every run computes on: numerics.threads), the tiny engine's stochastic
 rollout of 5 candidates (tests/_dist_worker.py) computed whole, as one process does, and as the two shards
 of 2 ranks (3 + 2 candidates: the noise is a function of the candidate, not of its batch). MUTATION:
-``none``; ``no_padding`` (the engine's batch and linear-row padding off: solbench.batch_invariance);
+``none``; ``no_padding`` (the engine's batch and linear-row padding off: solbench.models.batch_invariance);
 ``wrong_shard`` (rank 1 computes candidates shifted by one, as an off-by-one shard would). Prints one JSON
 object: the capability torch runs at, what tests/_cpu.py's probe says of this path, and per tensor whether
 the shards give the whole batch's bits and their largest difference relative to the float32 bound.
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _dist_worker  # noqa: E402
 from _cpu import ATOL, RTOL, gemm_rows_invariant  # noqa: E402
 
-from solbench.engine import Engine  # noqa: E402
-from solbench.timing import PhaseTimer  # noqa: E402
+from solbench.engine.engine import Engine  # noqa: E402
+from solbench.engine.timing import PhaseTimer  # noqa: E402
 
 
 def shard_rollout(engine, rows, shift=0):

@@ -1,4 +1,4 @@
-"""Mutation score of the fast method tests over methods/, solbench/selection.py, solbench/advantages.py.
+"""Mutation score of the fast method tests over methods/, solbench/method/selection.py, solbench/method/advantages.py.
 
     pip install "mutmut<3"            # 2.5.1: used only to generate the mutants
     .venv/bin/python tests/mutation_score.py [--limit N]
@@ -26,8 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ["methods/awm.py", "methods/dance_grpo.py", "methods/diffusion_nft.py", "methods/flow_grpo.py",
-         "methods/naive_fp4.py", "methods/naive_scaling.py", "methods/sol_rl.py", "solbench/selection.py",
-         "solbench/advantages.py"]
+         "methods/naive_fp4.py", "methods/naive_scaling.py", "methods/sol_rl.py", "solbench/method/selection.py",
+         "solbench/method/advantages.py"]
 FAST_TESTS = ["tests/test_methods_wiring.py", "tests/test_methods_math.py", "tests/test_methods_registry.py"]
 
 

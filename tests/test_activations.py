@@ -1,8 +1,8 @@
-"""The doctor's activation model: measured on the real diffusers blocks (solbench.activations).
+"""The doctor's activation model: measured on the real diffusers blocks (solbench.models.activations).
 
 The shipped profiles (solbench/models/published/activations.json) must be what measuring the modules
 gives now; a diffusers upgrade that changes what a block keeps fails here until the file is re-measured
-(`python -m solbench.activations`).
+(`python -m solbench.models.activations`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import json
 import pytest
 import torch
 
-from solbench import activations, doctor
+from solbench import doctor
+from solbench.models import activations
 
 
 @pytest.mark.parametrize("model", sorted(activations.PROBES))

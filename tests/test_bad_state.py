@@ -294,7 +294,7 @@ def test_fidelity_of_a_run_falls_back_from_an_unreadable_last_checkpoint_as_a_re
     # resume of the run falls back to the previous checkpoint (RunStore.latest_checkpoint); and the
     # checkpoint of an unfinished run (step 1 of 2) was measured without a word on screen. (Before that the
     # fallback was taken quietly, a log warning only: now each is a line on screen and in the run's spec.json.)
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     cfg = tiny_config.small_config("diffusion_nft", experiment="fid", planned_iterations=2, seed=0)
     store = RunStore(tmp_path / "fid" / cfg.run_id, cfg.run_id)

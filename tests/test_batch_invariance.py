@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from _cpu import ATOL, RTOL, assert_same_numbers, gemm_rows_invariant, one_thread
-from solbench.batch_invariance import pad_linear_rows
+from solbench.models.batch_invariance import pad_linear_rows
 from solbench.models.tiny import load_tiny
 from solbench.models.tiny_adapter import TinyAdapter
 from solbench.quant import quantized_copy
@@ -111,9 +111,9 @@ def test_an_image_gets_the_same_reward_in_any_scoring_batch():
     # Bug caught: reward models ran outside the engine's row padding, so the tiny CLIP scored an
     # image with other bits depending on how many images shared its call (and on the thread count):
     # a sharded rollout, a resumed run or another reward_micro_batch changed the rewards.
-    from solbench.engine import Engine, Rollout, SamplerSpec
+    from solbench.engine.engine import Engine, Rollout, SamplerSpec
     from solbench.rewards import RewardSet
-    from solbench.timing import PhaseTimer
+    from solbench.engine.timing import PhaseTimer
 
     adapter = TinyAdapter(load_tiny(pretrained=True))
     rewards = RewardSet({"shapes_clip": 1.0}, "cpu")
@@ -134,7 +134,7 @@ def test_an_image_gets_the_same_reward_in_any_scoring_batch():
 
 
 def test_invariant_batch_pads_whole_samples_to_a_padded_row_count():
-    from solbench.batch_invariance import invariant_batch
+    from solbench.models.batch_invariance import invariant_batch
 
     assert invariant_batch(1, 10) == 2  # 20 rows: >= 16 and a multiple of 4
     assert invariant_batch(3, 10) == 4  # 30 rows is not a multiple of 4

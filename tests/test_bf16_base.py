@@ -14,7 +14,7 @@ from solbench import quant
 from solbench.config import FinetuneConfig, ModelConfig
 from solbench.measure.peak import PeakMemory
 from solbench.models import build_adapter
-from solbench.policy import PolicyNets
+from solbench.engine.policy import PolicyNets
 
 ROLES = {"old", "reference"}
 

@@ -1,4 +1,4 @@
-"""Compiled rollout forwards (solbench.compile, model.compile): which setting compiles what, and on the
+"""Compiled rollout forwards (solbench.models.compile, model.compile): which setting compiles what, and on the
 tiny model with compilation on, that every compile happens in the first iteration, is timed as phase
 "compile" and not in the rollout, and that the compiled rollout samples with the current weights.
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from solbench import compile as compiling
+from solbench.models import compile as compiling
 from solbench.errors import ConfigError
 
 
@@ -84,7 +84,7 @@ def test_tiny_model_compiles_in_the_first_iteration_only_and_times_it_apart():
     from _tiny_config import small_config
 
     from solbench.results import RunStore
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     cfg = small_config("naive_scaling", experiment="compile", planned_iterations=2, seed=0)
     cfg.model.compile, cfg.model.rollout_copy = "on", "merged"
@@ -114,7 +114,7 @@ def test_tiny_model_compiles_in_the_first_iteration_only_and_times_it_apart():
             p.add_(torch.randn_like(p) * 0.05)
     nets.sync_explore_copy()
     ids, texts = ["p0", "p0"], ["a red circle", "a red circle"]
-    from solbench.engine import SamplerSpec
+    from solbench.engine.engine import SamplerSpec
 
     spec = SamplerSpec("euler", cfg.sampling.steps)
     compiled = engine.sample(ids, texts, [0, 1], net="old", sampler=spec, phase="rollout", stream="check").x0

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from solbench import compile as compiling
+from solbench.models import compile as compiling
 
 
 class _Blocks(nn.Module):
@@ -56,7 +56,7 @@ def test_a_compile_error_on_the_first_call_falls_back_to_eager_for_the_whole_net
     x = torch.randn(2, 8)
     with torch.no_grad():
         want = model(x)
-        with compiling.sampling(), caplog.at_level(logging.WARNING, logger="solbench.compile"):
+        with compiling.sampling(), caplog.at_level(logging.WARNING, logger="solbench.models.compile"):
             got = model(x)
             again = model(x)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
@@ -106,7 +106,7 @@ def test_a_run_whose_compiled_sampling_fails_finishes_eager_and_rollout_json_say
     from _tiny_config import small_config
 
     from solbench.results import RunStore
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     _failing_compile(monkeypatch, RuntimeError("triton: no compiler for this GPU"))
     cfg = small_config("naive_scaling", experiment="compile_fallback", planned_iterations=1, seed=0)

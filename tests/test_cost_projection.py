@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from solbench.paper_models import forward_flops, model_setting, paper_models, spec_settings
+from solbench.measure.paper_models import forward_flops, model_setting, paper_models, spec_settings
 from solbench.report.cost import FITTED, PAPER_TABLE5, paper_projection, stored_models
 from solbench.results.facts import paper_model_facts
 
-# The facts every report prices: the committed asset collect copies into results (solbench.paper_models)
+# The facts every report prices: the committed asset collect copies into results (solbench.measure.paper_models)
 STORED = stored_models(paper_model_facts())
 
 CELLS = ("rollout_naive", "rollout_sol", "e2e_naive", "e2e_sol")
@@ -76,7 +76,7 @@ def test_dropping_a_modelled_setting_breaks_the_fit(setting_change):
 
 def test_vae_flops_are_the_flop_counter_s():
     pytest.importorskip("diffusers")
-    from solbench.flops import vae_decode_flops
+    from solbench.models.flops import vae_decode_flops
 
     for model, setting in paper_models().items():
         assert setting.vae_tflops * 1e12 == pytest.approx(vae_decode_flops(model, setting.resolution), rel=1e-3)
@@ -118,7 +118,7 @@ def test_settings_come_from_the_real_specs(tmp_path):
     got = {m: (s.resolution, s.train_timesteps, s.recipe) for m, s in paper_models().items()}
     assert got == {"flux": (512, 4, "nvfp4_flux"), "sd3": (1024, 6, "nvfp4_sd3"), "sana": (1024, 6, "nvfp4_sana")}
     assert set(paper_models()) == set(PAPER_TABLE5["model"])
-    from solbench.paper_models import EXPERIMENTS
+    from solbench.measure.paper_models import EXPERIMENTS
 
     text = (EXPERIMENTS / "flux_main.yaml").read_text()
     assert "sol_rl: {method_config: {timestep_fraction: 0.4}}" in text
@@ -191,12 +191,12 @@ def test_a_runs_projected_clock_prices_its_forward_at_the_runs_text_length():
 def test_the_committed_paper_model_facts_are_what_this_code_computes():
     """The report prices the asset collect copies into results (solbench/assets/paper_model_facts.json), not this
     code. Catches the asset left behind when the closed-form FLOPs, a recipe's rule, a real spec or a sourced
-    constant changes: every report would go on projecting the old numbers. `python -m solbench.paper_models`
+    constant changes: every report would go on projecting the old numbers. `python -m solbench.measure.paper_models`
     rewrites it."""
     import json
 
-    from solbench.paper_models import ASSET, facts_rows
-    from solbench.stored_facts import FACTS_SCHEMA
+    from solbench.measure.paper_models import ASSET, facts_rows
+    from solbench.results.stored_facts import FACTS_SCHEMA
 
     committed = json.loads(ASSET.read_text())
     assert committed["facts_schema"] == FACTS_SCHEMA

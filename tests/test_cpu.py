@@ -1,8 +1,8 @@
-"""CPU capability detection (solbench.cpu) and the opt-in bf16 "full" precision."""
+"""CPU capability detection (solbench.machine.cpu) and the opt-in bf16 "full" precision."""
 
 import torch
 
-from solbench import cpu
+from solbench.machine import cpu
 from solbench.models import resolve_full_dtype
 
 SAPPHIRE_RAPIDS = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"

@@ -1,4 +1,4 @@
-"""A CPU run with an explore copy records this CPU's rates at its shapes (cpu_rates.json, solbench.cpu_rates),
+"""A CPU run with an explore copy records this CPU's rates at its shapes (cpu_rates.json, solbench.train.cpu_rates),
 the collected runs table carries them, and measuring them changes none of the run's numbers."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from _tiny_config import small_config
-from solbench import cpu_rates
+from solbench.train import cpu_rates
 from solbench.results import RunStore
-from solbench.trainer import Trainer
+from solbench.train.trainer import Trainer
 
 
 def _run(tmp_path, name, monkeypatch, measure: bool):

@@ -1,4 +1,4 @@
-"""Several ranks within one run (solbench.distributed), on CPU with the gloo backend.
+"""Several ranks within one run (solbench.engine.distributed), on CPU with the gloo backend.
 
 - The engine shards a rollout over 2 ranks and gathers latents, trajectories and rewards: each rank
   ends with exactly what one process computes for the whole batch, holding only its own images.
@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from _cpu import assert_same_numbers, one_thread
-from solbench.distributed import DistContext, init_distributed
+from solbench.engine.distributed import DistContext, init_distributed
 from solbench.errors import ConfigError
 
 TESTS = Path(__file__).parent
@@ -61,8 +61,8 @@ def test_engine_shards_rollouts_and_gathers_latents_trajectories_and_rewards(tmp
     torchrun([str(TESTS / "_dist_worker.py"), str(tmp_path)], cwd=tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
 
-    from solbench.engine import Engine
-    from solbench.timing import PhaseTimer
+    from solbench.engine.engine import Engine
+    from solbench.engine.timing import PhaseTimer
 
     adapter, rewards = _dist_worker.build()
     with one_thread():  # as the ranks compute (1 thread each)

@@ -70,7 +70,7 @@ def _all_reward_files():
 
 def _pipeline_files(model: str) -> list[str]:
     """Every file a complete diffusers-layout download of ``model`` holds (first alternative of each)."""
-    from solbench.model_files import COMPONENTS
+    from solbench.models.model_files import COMPONENTS
 
     return ["model_index.json"] + [f"{folder}/{name.split('|')[-1]}" for folder, names in COMPONENTS[model].items()
                                    for name in names]
@@ -276,7 +276,7 @@ def test_model_weights_check_every_shard_an_index_names(tmp_path):
 
 
 def test_model_table_agrees_with_flops_table():
-    from solbench.flops import REAL_MODELS
+    from solbench.models.flops import REAL_MODELS
 
     assert {k: v.hub_id for k, v in REAL_MODELS.items()} == {k: v.repo_id for k, v in doctor.MODEL_WEIGHTS.items()}
 
@@ -508,7 +508,7 @@ def test_memory_counts_the_runs_text_length():
     """The bug: the doctor counting FLUX's text at the pipeline's 512 T5 tokens while the runs (and the reference
     scripts) encode 128 (model.text_max_length), 6 % over the train phase an H200 measured (docs/measured/H200.md).
     A spec's text_max_length reaches the profile, and more text tokens mean more activation memory."""
-    from solbench.activations import transformer_text_tokens
+    from solbench.models.activations import transformer_text_tokens
 
     assert transformer_text_tokens("flux") == 128 and transformer_text_tokens("sd3") == 77 + 128
     assert transformer_text_tokens("sd3", 256) == 333 and transformer_text_tokens("sana", 300) == 300

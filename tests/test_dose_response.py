@@ -1,4 +1,4 @@
-"""Issue 48's dose-response: the harness's explore-gap measurement (solbench.explore_gap) and its report section.
+"""Issue 48's dose-response: the harness's explore-gap measurement (solbench.train.explore_gap) and its report section.
 
 - Both methods with an explore copy log the gap rows at the measured iterations (a measurement wired to one
   method only, or rows missing at iteration 1 / the last one, fails).
@@ -20,9 +20,9 @@ import torch
 
 import _tiny_config as tiny_config
 from test_methods_solrl import identity_explore  # an explore copy that computes what its source computes
-from solbench import explore_gap
+from solbench.train import explore_gap
 from solbench.results import RunStore
-from solbench.trainer import Trainer
+from solbench.train.trainer import Trainer
 
 
 def run(tmp_path, method: str, name: str, *, every: int, iterations: int = 2, explore=None) -> Trainer:

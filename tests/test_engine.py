@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from solbench.config import ModelConfig
-from solbench.engine import Engine, Rollout, SamplerSpec, precision_of
+from solbench.engine.engine import Engine, Rollout, SamplerSpec, precision_of
 from solbench.errors import ConfigError
 from solbench.models import build_adapter
 from solbench.quant import get_recipe, quantized_copy
-from solbench.timing import PhaseTimer
+from solbench.engine.timing import PhaseTimer
 
 PROMPTS = ["three red circles", "a blue square and a green circle", "two yellow squares", "one green circle"]
 
@@ -125,7 +125,7 @@ def test_training_velocity_calls_count_their_flops_toward_the_train_phase(adapte
     overstates Sol-RL's end-to-end speedup), a backward counted for no-grad calls, CFG's second
     forward forgotten, or LoRA's backward charged like full fine-tuning's."""
     from solbench.config import FinetuneConfig
-    from solbench.policy import PolicyNets
+    from solbench.engine.policy import PolicyNets
 
     per_forward = adapter.flops_per_forward()
     x = torch.zeros(3, *adapter.latent_shape)

@@ -34,7 +34,7 @@ def test_extra_objects_counts_what_the_prompt_did_not_ask_for_and_the_rewards_do
 
 def test_grid_prompts_take_every_skill_in_turn():
     """Bug caught: the grid showed the first 8 eval prompts, which are single-object and counting prompts only."""
-    from solbench.trainer import grid_prompt_indices
+    from solbench.train.trainer import grid_prompt_indices
 
     skills = ["single"] * 3 + ["counting"] * 9 + ["color_attr"] * 9 + ["position"] * 12
     picked = grid_prompt_indices(skills, 8)
@@ -49,7 +49,7 @@ def test_evaluation_stores_extra_objects_per_sample_and_timings_carry_the_load(t
     from _tiny_config import small_config
 
     from solbench.results import RunStore
-    from solbench.trainer import train_run
+    from solbench.train.trainer import train_run
 
     cfg = small_config("diffusion_nft", experiment="checks", planned_iterations=1, seed=0)
     cfg.rewards = {"shapes_geneval": 1.0}
@@ -74,7 +74,7 @@ def test_evaluation_stores_extra_objects_per_sample_and_timings_carry_the_load(t
 def test_the_load_is_other_programs_busy_time_on_this_process_cores(monkeypatch):
     """The arithmetic of PhaseTimer's load: (busy seconds of the process's cores - its own CPU seconds) / wall
     seconds, from the kernel's counters (here replaced by known values)."""
-    import solbench.timing as timing
+    import solbench.engine.timing as timing
 
     clock = iter([10.0, 12.0])  # perf_counter at the start and the end: a 2 s span
     busy = iter([100.0, 104.5])  # the cores were busy 4.5 s in it

@@ -58,7 +58,7 @@ def test_runs_table_describes_a_done_fidelity_run(fidelity_run):
     # model (reports show it; issue 26's bar: >= 95 %)
     assert run["p_quant.mac_share"] == pytest.approx(0.994535, abs=1e-6)
     assert (run["p_quant.quantized_linears"], run["p_quant.linears"]) == (41, 48)
-    # its threads came from solbench.threads like a training run's (two threads beside a busy core
+    # its threads came from solbench.machine.threads like a training run's (two threads beside a busy core
     # made the fidelity block of the loaded main job crawl)
     import json
 
@@ -109,11 +109,11 @@ def test_rerunning_reuses_a_done_run(fidelity_run, capsys):
 def test_checkpoint_weights_are_loaded_through_the_trainers_nets(tmp_path):
     from solbench.config import EvalConfig, FinetuneConfig, ModelConfig, RunConfig
     from solbench.errors import ConfigError
-    from solbench.fidelity import FidelitySettings, build_engine, load_checkpoint, resolve
+    from solbench.fidelity.experiment import FidelitySettings, build_engine, load_checkpoint, resolve
     from solbench.models import build_adapter
     from solbench.quant import quantized_copy
     from solbench.results import RunStore
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     cfg = RunConfig(experiment="ck", method="sol_rl", model=ModelConfig(name="tiny", path="random"), device="cpu",
                     finetune=FinetuneConfig(lora_rank=4, lora_alpha=8), iterations=1,

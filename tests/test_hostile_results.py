@@ -71,7 +71,7 @@ def test_a_stored_weights_path_outside_is_refused_and_paths_inside_or_given_are_
     """Bug caught: model.path (and model.checkpoint) of a stored spec.json were read wherever they pointed,
     symlinked folders included. Inside the project or the results folder, a Hugging Face id, or a value the
     command line replaces (--prompts, --model-path) are not refused."""
-    from solbench.fidelity_checkpoint import _outside, load_checkpoint
+    from solbench.fidelity.checkpoint import _outside, load_checkpoint
 
     project = tmp_path / "project"
     (tmp_path / "weights").mkdir()
@@ -205,7 +205,7 @@ def test_a_real_models_local_transformer_config_past_the_published_sizes_is_refu
     """Bug caught: a local model.path folder of a real model was loaded whatever its transformer/config.json said
     (a FLUX with 100,000 layers built before anything was refused). Sizes past twice the published ones are one
     line with the parameters they would build; the published config passes."""
-    from solbench.flops import REAL_MODELS
+    from solbench.models.flops import REAL_MODELS
     from solbench.models.flux import FluxAdapter
     from solbench.models.real_bounds import config_problem
 

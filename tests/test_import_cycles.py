@@ -68,10 +68,10 @@ def test_the_cycle_check_finds_a_cycle_when_one_is_added():
     # The check itself could be blind (a wrong module name, relative imports misread): add a lazy
     # import of a high layer to a leaf, as diffusers_common's import of the doctor was, and expect it.
     sources = module_sources()
-    text, is_package = sources["solbench.noise"]
-    sources["solbench.noise"] = (text + "\n\ndef _later():\n    from .engine import Engine\n", is_package)
+    text, is_package = sources["solbench.engine.noise"]
+    sources["solbench.engine.noise"] = (text + "\n\ndef _later():\n    from .engine import Engine\n", is_package)
     found = cycles(import_graph(sources))
-    assert any({"solbench.noise", "solbench.engine"} <= set(c) for c in found), found[:3]
+    assert any({"solbench.engine.noise", "solbench.engine.engine"} <= set(c) for c in found), found[:3]
     # and a relative `from . import x` inside a package resolves to the sibling module
     text, is_package = sources["solbench.quant.recipes"]
     sources["solbench.quant.recipes"] = (text + "\n\ndef _later():\n    from . import model\n", is_package)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from solbench.cpu import cpu_flags
+from solbench.machine.cpu import cpu_flags
 
 TESTS = Path(__file__).resolve().parent
 _CAP_VARS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR")

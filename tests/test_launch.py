@@ -207,12 +207,12 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
 
 
 def test_end_to_end_with_the_real_trainer_on_the_smoke_setting(tmp_path, capsys):
-    """spec -> launcher -> solbench.trainer.train_run -> results -> collect -> report, via the CLI.
+    """spec -> launcher -> solbench.train.trainer.train_run -> results -> collect -> report, via the CLI.
 
     The smoke spec's settings with one method and untrained tiny weights (model.path: random), so
     the test does not depend on the shipped pretrained weights and stays a few seconds long.
     """
-    pytest.importorskip("solbench.trainer", reason="the trainer (solbench/trainer.py) is not in this checkout")
+    pytest.importorskip("solbench.train.trainer", reason="the trainer (solbench/train/trainer.py) is not in this checkout")
     import yaml
 
     smoke = yaml.safe_load((TESTS.parent / "experiments" / "smoke.yaml").read_text())

@@ -70,7 +70,7 @@ def test_measure_runs_each_method_once_and_writes_json_and_markdown(spec, tmp_pa
             assert row["peak_gb"] > 0 and row["flops"] > 0 and row["seconds_per_forward"] > 0
     # no GPU here: te and torch are passed over and the run says so; the doctor's items are the spec's
     # (and on a CPU with bf16 units auto explores on them: issue 45's cpu_bf16)
-    from solbench.cpu import native_bf16
+    from solbench.machine.cpu import native_bf16
 
     assert sol["backend"] == ("cpu_bf16" if native_bf16() else "emulated") and "passed over te" in " ".join(sol["notes"])
     assert sol["predicted"]["weights/explore_copy"] > 0 and "weights/explore_copy" not in naive["predicted"]
@@ -98,7 +98,7 @@ def test_measure_names_an_unknown_method(spec, tmp_path, capsys):
 def test_a_cuda_error_keeps_the_phases_measured_names_its_phase_and_leaves_the_rest_out(spec, tmp_path, monkeypatch):
     """The bugs: a non-OOM error in the iteration dropping every phase measured before it (flux_main on an
     H200 hit an illegal memory access in train), or the next method being run on a dead CUDA context."""
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     def broken(self, *args, **kwargs):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -124,7 +124,7 @@ def test_isolate_measures_each_method_in_its_own_process_past_one_that_dies(spec
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent("""
         import os
-        from solbench.trainer import Trainer
+        from solbench.train.trainer import Trainer
         _optimize = Trainer.optimize
         def optimize(self, *args, **kwargs):
             if self.cfg.method == "sol_rl":

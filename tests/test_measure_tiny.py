@@ -11,7 +11,7 @@ import pytest
 
 from _scripts import script_module
 
-from solbench.world.accuracy import evaluate
+from solbench.measure.tiny_accuracy import evaluate
 
 
 def test_measure_tiny_reports_the_fidelity_runs_and_the_evaluation_it_ran(tmp_path, capsys):
@@ -19,7 +19,7 @@ def test_measure_tiny_reports_the_fidelity_runs_and_the_evaluation_it_ran(tmp_pa
     2:1), a set's rho taken from the other reward's rows, the coverage of one recipe written under another,
     the accuracy sampled at another shift / step count / guidance than the pretraining evaluation's, and a
     missing weights folder or a malformed --sets accepted silently."""
-    from solbench.fidelity import summary
+    from solbench.fidelity.experiment import summary
     from solbench.models.tiny import asset_path, load_tiny
     from solbench.results import RunStore
 

@@ -14,7 +14,7 @@ from solbench import quant
 from solbench.config import FinetuneConfig, ModelConfig
 from solbench.models import build_adapter
 from solbench.models.base import shifted_sigmas
-from solbench.policy import PolicyNets
+from solbench.engine.policy import PolicyNets
 
 
 def _storages(*modules: nn.Module) -> dict[int, torch.Tensor]:

@@ -50,7 +50,7 @@ import pytest
 
 from solbench.config import EvalConfig, FinetuneConfig, ModelConfig, RunConfig, SamplingConfig
 from solbench.results import RunStore
-from solbench.trainer import train_run
+from solbench.train.trainer import train_run
 
 ITERATIONS = 8
 MARGIN = 0.03

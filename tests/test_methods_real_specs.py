@@ -99,7 +99,7 @@ def test_every_method_of_a_real_spec_is_evaluated_by_its_models_protocol(model):
     evaluated at CFG 4.5 against Sol-RL's none, FLUX's FlowGRPO at distilled 3.5 against 1.0, SD3.5's FlowGRPO
     and AWM at their 512 px against 1024, DanceGRPO on FLUX at 720. What the trainer evaluates with is asked
     of the functions Trainer.evaluate calls, for every run of the spec, whatever it trains with."""
-    from solbench.trainer import eval_resolution, eval_sampler
+    from solbench.train.trainer import eval_resolution, eval_sampler
 
     by_method = runs_by_method(model)
     trained_at = {cfg.model.resolution for configs in by_method.values() for cfg in configs}

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import solbench.method as method_module
-from solbench.advantages import group_advantages
+from solbench.method.advantages import group_advantages
 from solbench.errors import ConfigError
 from solbench.method import Method, get_method, method_names, validate_method_config
-from solbench.selection import select_indices, select_per_group
+from solbench.method.selection import select_indices, select_per_group
 
 BUILTIN = ["awm", "dance_grpo", "diffusion_nft", "flow_grpo", "naive_fp4", "naive_scaling", "sol_rl"]
 

@@ -9,7 +9,7 @@ from solbench.config import EvalConfig, FinetuneConfig, ModelConfig, RunConfig, 
 from solbench.errors import ConfigError
 from solbench.results import RunStore
 from solbench.spec import load_spec
-from solbench.trainer import Trainer, step_group
+from solbench.train.trainer import Trainer, step_group
 
 
 @pytest.mark.parametrize("n,steps,groups", [

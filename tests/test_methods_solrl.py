@@ -20,7 +20,7 @@ import torch
 from solbench import quant
 from solbench.config import EvalConfig, FinetuneConfig, ModelConfig, RunConfig, SamplingConfig
 from solbench.results import RunStore
-from solbench.trainer import Trainer
+from solbench.train.trainer import Trainer
 
 N, K, STEPS = 4, 2, 3
 

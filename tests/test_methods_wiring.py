@@ -1,6 +1,6 @@
 """collect() and chunks() of every method on a toy engine that records every call.
 
-The toy engine (no model, no harness) samples with the real samplers (solbench.sampling) over a
+The toy engine (no model, no harness) samples with the real samplers (solbench.engine.sampling) over a
 3-dimensional latent with one linear velocity field per role, and records, for every call, the
 network role, its precision, the guidance it ran with (None resolved to the model's default, 4.5
 here, as the real engine does), the step count and the timesteps. The tests then check the wiring
@@ -24,12 +24,12 @@ import pytest
 import torch
 from torch import nn
 
-from solbench.advantages import group_advantages
-from solbench.engine import Rollout
+from solbench.method.advantages import group_advantages
+from solbench.engine.engine import Rollout
 from solbench.method import Iteration, RunInfo, get_method, validate_method_config
 from solbench.models.base import shifted_sigmas
-from solbench.sampling import sample as run_sampler
-from solbench.selection import select_per_group
+from solbench.engine.sampling import sample as run_sampler
+from solbench.method.selection import select_per_group
 
 METHODS = ["awm", "dance_grpo", "diffusion_nft", "flow_grpo", "naive_fp4", "naive_scaling", "sol_rl"]
 NFT_FAMILY = ["diffusion_nft", "naive_fp4", "naive_scaling", "sol_rl"]

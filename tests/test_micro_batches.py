@@ -20,7 +20,7 @@ from solbench.method import get_method
 from solbench.models import MICRO_BATCH_DEFAULTS
 from solbench.results import RunStore
 from solbench.spec import load_spec
-from solbench.trainer import Trainer
+from solbench.train.trainer import Trainer
 
 
 def _cfg(micro: MicroBatchConfig, grad_accum: int, method: str = "diffusion_nft") -> RunConfig:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from solbench import flops
+from solbench.models import flops
 from solbench.config import ModelConfig
 from solbench.errors import ConfigError
 from solbench.models import build_adapter, model_names, resolve_full_dtype

@@ -10,11 +10,11 @@ import string
 import pytest
 import torch
 
-from solbench.engine import Engine, SamplerSpec
+from solbench.engine.engine import Engine, SamplerSpec
 from solbench.errors import MissingWeightsError
 from solbench.models.base import shifted_sigmas
-from solbench.noise import candidate_noise
-from solbench.timing import PhaseTimer
+from solbench.engine.noise import candidate_noise
+from solbench.engine.timing import PhaseTimer
 
 LETTERS = list(string.ascii_lowercase)
 PROMPTS = ["a red cube", "two blue balls"]

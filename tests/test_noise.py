@@ -1,11 +1,11 @@
-"""solbench.noise: a candidate's noise is a pure function of (run seed, stream, prompt id, index)."""
+"""solbench.engine.noise: a candidate's noise is a pure function of (run seed, stream, prompt id, index)."""
 
 import hashlib
 
 import pytest
 import torch
 
-from solbench.noise import candidate_noise, noise_seed, seeded_normal, step_noise
+from solbench.engine.noise import candidate_noise, noise_seed, seeded_normal, step_noise
 
 SHAPE = (3, 8, 8)
 

@@ -8,7 +8,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 
 from solbench.config import FinetuneConfig, ModelConfig
 from solbench.models import build_adapter
-from solbench.policy import PolicyNets, _tuner_layers, active_adapter
+from solbench.engine.policy import PolicyNets, _tuner_layers, active_adapter
 
 
 @pytest.fixture(scope="module")

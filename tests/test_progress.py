@@ -1,11 +1,11 @@
-"""The live progress of runs (solbench/progress.py): what progress.json holds and the lines the board logs."""
+"""The live progress of runs (solbench/train/progress.py): what progress.json holds and the lines the board logs."""
 
 from __future__ import annotations
 
 import io
 import json
 
-from solbench.progress import Board, LiveDisplay, ProgressWriter, RunLine
+from solbench.train.progress import Board, LiveDisplay, ProgressWriter, RunLine
 
 
 def test_the_final_line_shows_the_final_iterations_reward(tmp_path):

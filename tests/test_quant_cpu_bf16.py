@@ -18,7 +18,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solbench import cpu, quant
+from solbench import quant
+from solbench.machine import cpu
 from solbench.quant import formats, fused
 from solbench.quant.backends import choose_backend, resolve_on_cpu
 from solbench.quant.cpu_bf16 import CpuBf16Linear, quantize_fp8_bf16_rows, quantize_nvfp4_bf16_rows, weight_values
@@ -204,7 +205,7 @@ def test_the_trainer_records_cpu_bf16_in_explore_json(tmp_path, monkeypatch):
     """The run folder says its explore copy computed on the bf16 units (the report labels Table 5 by it)."""
     from solbench.config import RunConfig
     from solbench.results import RunStore
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     monkeypatch.setattr(cpu, "native_bf16", lambda cpuinfo=None: True)
     cfg = RunConfig(method="naive_fp4", method_config={"n": 4, "k": 2}, prompts_per_iter=1, iterations=1, device="cpu")
@@ -232,7 +233,7 @@ def test_fidelity_of_a_cpu_bf16_run_keeps_its_backend_where_it_runs_the_recipe(r
     from types import SimpleNamespace
 
     from solbench.config import RunConfig
-    from solbench.fidelity import FidelitySettings, resolve
+    from solbench.fidelity.experiment import FidelitySettings, resolve
 
     run = RunConfig(method="sol_rl", device="cpu")
     run.quant.backend = "cpu_bf16"

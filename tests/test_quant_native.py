@@ -105,7 +105,7 @@ def test_fast_accum_reaches_the_fp8_gemm(monkeypatch):
 def test_fast_accum_with_a_backend_without_it_is_a_clear_error():
     """Catches quant.fast_accum silently doing nothing on a backend that has no such option."""
     from solbench.config import QuantConfig
-    from solbench.trainer_setup import quant_explore_fns
+    from solbench.train.setup import quant_explore_fns
 
     factory, _ = quant_explore_fns(QuantConfig(recipe="fp8_w8a8", backend="emulated", fast_accum=True))
     with pytest.raises(ConfigError, match="quant.fast_accum applies to backend torch"):
@@ -231,7 +231,7 @@ def _no_te(monkeypatch):
 
 
 def _no_bf16_units(monkeypatch):
-    from solbench import cpu
+    from solbench.machine import cpu
 
     monkeypatch.setattr(cpu, "native_bf16", lambda cpuinfo=None: False)
 
@@ -269,7 +269,7 @@ def test_the_trainer_records_the_backend_it_took(tmp_path, monkeypatch):
 
     from solbench.config import RunConfig
     from solbench.results import RunStore
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     _no_te(monkeypatch)
     _no_bf16_units(monkeypatch)

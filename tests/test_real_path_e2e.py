@@ -14,7 +14,7 @@ Each run goes through exactly what a cluster run goes through, only smaller:
   same cache;
 - the prompts: a .txt train file and a .jsonl eval file, as docs/real-models.md describes;
 - LoRA with the default targets, the emulated explore copy from a quantization recipe, and
-  ``solbench.trainer.train_run`` with a ``RunStore``.
+  ``solbench.train.trainer.train_run`` with a ``RunStore``.
 
 The real recipes (nvfp4_flux: layers under 1000 features stay in full precision, nvfp4_sana: under
 2240) quantize none of the tiny layers, so Sol-RL runs with the model's real recipe at
@@ -184,7 +184,7 @@ def _run_config(model, method, pipeline_path, prompts, recipe) -> RunConfig:
 def _observed_run(cfg: RunConfig, run_dir: Path, monkeypatch):
     """train_run(cfg, store), keeping the Trainer it builds, its LoRA weights before training and
     every rollout its engine returns (observation only: nothing the run computes changes)."""
-    from solbench import trainer as trainer_module
+    from solbench.train import trainer as trainer_module
 
     seen: dict = {"rollouts": []}
 
@@ -447,7 +447,7 @@ def no_te(monkeypatch):
 
 
 def test_quant_explore_fns_te_without_fallback_raises_backend_unavailable(no_te):
-    from solbench.trainer import quant_explore_fns
+    from solbench.train.trainer import quant_explore_fns
 
     factory, _ = quant_explore_fns(QuantConfig(recipe="nvfp4_w4a4", backend="te", allow_emulated_fallback=False))
     with pytest.raises(quant.BackendUnavailableError) as err:
@@ -460,14 +460,14 @@ def test_quant_explore_fns_te_without_fallback_raises_backend_unavailable(no_te)
 
 @pytest.mark.parametrize("backend", ["te", "auto"])
 def test_quant_explore_fns_te_with_fallback_emulates_and_warns(backend, caplog, no_te, monkeypatch):
-    from solbench import cpu
-    from solbench.trainer import quant_explore_fns
+    from solbench.machine import cpu
+    from solbench.train.trainer import quant_explore_fns
 
     # a CPU without bf16 units (with them, auto explores on cpu_bf16: tests/test_quant_cpu_bf16.py)
     monkeypatch.setattr(cpu, "native_bf16", lambda cpuinfo=None: False)
     source = _small_net()
     factory, sync = quant_explore_fns(QuantConfig(recipe="nvfp4_w4a4", backend=backend, allow_emulated_fallback=True))
-    with caplog.at_level(logging.WARNING, logger="solbench.trainer"):
+    with caplog.at_level(logging.WARNING, logger="solbench.train.trainer"):
         copy = factory(source)
     assert any(r.levelno == logging.WARNING and "te" in r.getMessage() and "nvfp4_w4a4" in r.getMessage()
                for r in caplog.records), caplog.text

@@ -1,6 +1,6 @@
 """Settings and numerics issue 23 brought to the references' values, each with the bug it catches.
 
-- AWM's SA-Solver sampler (solbench.sampling "sa_solver") against the exact flow of Gaussian data;
+- AWM's SA-Solver sampler (solbench.engine.sampling "sa_solver") against the exact flow of Gaussian data;
 - the public code's explore format (TE DelayedScaling(Format.E2M1) = per-tensor FP8 E5M2) against
   torch's float8_e5m2 cast, and the recipes that pair it with each model's layer selection;
 - nvfp4_sd3, the reference's SD3 layer selection;
@@ -25,7 +25,7 @@ import torch
 from solbench import quant
 from solbench.config import FinetuneConfig, ModelConfig, RunConfig
 from solbench.models.base import shifted_sigmas
-from solbench.sampling import SamplerSpec, sample
+from solbench.engine.sampling import SamplerSpec, sample
 
 import _tiny_config as tiny_config
 
@@ -55,7 +55,7 @@ def test_sa_solver_first_step_is_ddim_from_its_moved_start_and_the_last_lands_on
     """The reference moves the first point to 1 - 1e-3 and the second-to-last to half the third-to-last;
     with tau = 0 its first (order-1 predictor, no corrector) step is DDIM, its last returns the last data
     prediction."""
-    from solbench.sampling import sa_solver_times
+    from solbench.engine.sampling import sa_solver_times
 
     sigmas = shifted_sigmas(6, 3.0)
     times = sa_solver_times(sigmas)
@@ -71,7 +71,7 @@ def test_sa_solver_first_step_is_ddim_from_its_moved_start_and_the_last_lands_on
 def test_sa_solver_noise_acts_only_inside_its_tau_window_and_keeps_the_marginals():
     """tau(t) = noise_level for 0.3 <= t <= 0.9 and 0 elsewhere (sd3_pipeline_with_logprob.py): noise
     drawn for a step outside the window changes nothing; the stochastic solver keeps x0 ~ N(M, S^2)."""
-    from solbench.sampling import sa_solver_times
+    from solbench.engine.sampling import sa_solver_times
 
     steps = 10
     sigmas = shifted_sigmas(steps, 3.0)
@@ -147,7 +147,7 @@ def test_lora_init_gaussian_draws_a_with_std_one_over_rank_and_real_models_defau
     where every reference passes init_lora_weights="gaussian" (A ~ N(0, 1/r)); the tiny model keeps
     PEFT's default (its shipped results were made with it)."""
     from solbench.models import build_adapter, default_lora_init
-    from solbench.trainer import build_policy_nets
+    from solbench.train.trainer import build_policy_nets
 
     assert [default_lora_init(m) for m in ("flux", "sd3", "sana", "tiny")] == ["gaussian"] * 3 + ["kaiming"]
     rank = 8
@@ -168,7 +168,7 @@ def test_lora_init_gaussian_draws_a_with_std_one_over_rank_and_real_models_defau
 @pytest.fixture
 def trainer(tmp_path):
     from solbench.results import RunStore
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     def make(ema_every):
         cfg = tiny_config.small_config("diffusion_nft", experiment="ema", planned_iterations=1, seed=0)
@@ -345,7 +345,7 @@ def test_the_trainer_evaluates_with_the_protocol_not_the_training_settings(train
     """Catches (issue 41) an evaluation that samples Euler at the run's training guidance and shift: with
     eval.guidance, eval.shift and eval.sampler set, Trainer.evaluate samples exactly those (at eval_steps), at
     eval.resolution; unset, it keeps the training settings (the runs made before the protocol existed)."""
-    from solbench.sampling import SamplerSpec
+    from solbench.engine.sampling import SamplerSpec
 
     seen = []
     for attempt, protocol in enumerate(({}, {"guidance": 2.0, "shift": 3.0, "sampler": "dpm2"})):

@@ -26,7 +26,7 @@ from solbench.errors import NonFiniteLossError
 from solbench.launch import RunTask, execute_run, prepare_run, run_lock
 from solbench.results import RunStore
 from solbench.spec import load_spec
-from solbench.trainer import WEIGHT_LIMIT, Trainer
+from solbench.train.trainer import WEIGHT_LIMIT, Trainer
 
 import _tiny_config as tiny_config
 from _runfns import three_runs_spec

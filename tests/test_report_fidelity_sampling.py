@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from solbench.config import ModelConfig
-from solbench.engine import Engine, SamplerSpec
+from solbench.engine.engine import Engine, SamplerSpec
 from solbench.errors import ConfigError
 from solbench.report.fidelity import group_fidelity, pair_candidates
 from solbench.report.fidelity_sampling import fidelity_experiment
-from solbench.timing import PhaseTimer
+from solbench.engine.timing import PhaseTimer
 
 
 def brightness(images, prompts):

@@ -403,7 +403,7 @@ def test_table8_plain_claim_goes_to_the_recipe_the_training_runs_explored_with()
     from types import SimpleNamespace
 
     from solbench.report.findings_speed import _primary_recipe
-    from solbench.stored_facts import FACTS_SCHEMA, SCHEMA_COLUMN
+    from solbench.results.stored_facts import FACTS_SCHEMA, SCHEMA_COLUMN
 
     # each model's default explore recipe as collect records it with every run (fact_default_explore_recipe); the
     # report reads it from there (issue 52: nothing computed from code at report time)

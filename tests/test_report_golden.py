@@ -249,8 +249,8 @@ def test_sweep_from_an_optuna_storage(tmp_path):
     assert trials.set_index(["n", "k"]).loc[(16, 4), "value"] == pytest.approx(5.6)
 
 
-# FLOPs of one forward as counted by solbench.flops (torch FlopCounterMode on the meta device), at each pipeline's
-# maximum text length (solbench.flops.REAL_MODELS: FLUX 512, SD3.5 333, SANA 300 tokens).
+# FLOPs of one forward as counted by solbench.models.flops (torch FlopCounterMode on the meta device), at each pipeline's
+# maximum text length (solbench.models.flops.REAL_MODELS: FLUX 512, SD3.5 333, SANA 300 tokens).
 FLOP_COUNTER_GOLDEN = {("flux", 512): 21.50260015104e12, ("flux", 1024): 74.384653418496e12,
                        ("sd3", 512): 7.9777863936e12, ("sd3", 1024): 31.121114907648e12,
                        ("sana", 512): 0.8366159872e12, ("sana", 1024): 2.96666116096e12}
@@ -258,8 +258,8 @@ FLOP_COUNTER_GOLDEN = {("flux", 512): 21.50260015104e12, ("flux", 1024): 74.3846
 
 @pytest.mark.parametrize("model,resolution", list(FLOP_COUNTER_GOLDEN))
 def test_closed_form_flops_match_the_flop_counter(model, resolution):
-    from solbench.flops import REAL_MODELS
-    from solbench.paper_models import forward_flops
+    from solbench.models.flops import REAL_MODELS
+    from solbench.measure.paper_models import forward_flops
 
     f = forward_flops(model, resolution, text_tokens=REAL_MODELS[model].text_tokens)
     assert f.total == pytest.approx(FLOP_COUNTER_GOLDEN[(model, resolution)], rel=5e-3)
@@ -268,14 +268,14 @@ def test_closed_form_flops_match_the_flop_counter(model, resolution):
 
 def test_closed_form_flops_match_a_live_flop_count():
     pytest.importorskip("diffusers")
-    from solbench.flops import REAL_MODELS
-    from solbench.paper_models import forward_flops
+    from solbench.models.flops import REAL_MODELS
+    from solbench.measure.paper_models import forward_flops
 
     assert forward_flops("sana", 256).total == pytest.approx(REAL_MODELS["sana"].forward_flops(256), rel=5e-3)
 
 
 def test_cost_projection_formula_and_labels(main_tables):
-    from solbench.paper_models import forward_flops
+    from solbench.measure.paper_models import forward_flops
     from solbench.report.cost import HARDWARE, PaperSetting, paper_projection, stored_models
     from solbench.report.stored import paper_model_facts
 

@@ -338,8 +338,8 @@ def test_tiny_papers_fidelity_block_plans_final_and_halfway_checkpoints_of_three
     policy taken from the dose-response's arms (issue 48: Sol-RL on MXFP4 copies, as many seeds as the main arm and
     the most common horizon) instead of the long arm on the spec's own copy."""
     from solbench.errors import ConfigError
-    from solbench.fidelity import _block_settings
-    from solbench.fidelity_plan import planned_count
+    from solbench.fidelity.experiment import _block_settings
+    from solbench.fidelity.plan import planned_count
     from solbench.results import RunStore
     from solbench.spec import load_spec
 

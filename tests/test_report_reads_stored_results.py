@@ -21,7 +21,7 @@ from fixtures.arm_results import Arm, build_arms
 from solbench.report import ReportOptions
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKED = ("solbench.quant", "solbench.models", "solbench.activations", "solbench.flops", "solbench.methods",
+BLOCKED = ("solbench.quant", "solbench.models", "solbench.models.activations", "solbench.models.flops", "solbench.methods",
            "solbench.spec", "solbench.config", "solbench.world")
 
 # The cost projection's numbers as solbench.report.cost computed them from code before the report read stored

@@ -75,7 +75,7 @@ def stores(spec_path, tmp_path) -> list[RunStore]:
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     """A tiny diffusion_nft run of 2 iterations by the real trainer, done: its checkpoints of steps 1 and 2."""
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     root = tmp_path_factory.mktemp("trained")
     cfg = tiny_config.small_config("diffusion_nft", experiment="safe", planned_iterations=2, seed=0)
@@ -104,7 +104,7 @@ def test_the_trainers_checkpoint_loads_as_tensors_and_plain_data_and_resumes_bit
         assert payload["step"] in (1, 2) and isinstance(payload["state"]["rng"]["numpy"]["keys"], torch.Tensor)
     # a run killed after step 1 resumes from it (RNG states restored from plain data) and ends where
     # the uninterrupted run ended, row for row
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     store = copy_run(trained_run, tmp_path)
     (store.checkpoint_dir / "step_00000002.pt").unlink()
@@ -145,7 +145,7 @@ def test_a_checkpoint_that_loads_but_lacks_what_a_resume_needs_falls_back_to_the
         trained_run, tmp_path, caplog):
     # Bug caught: a checkpoint without 'step' in its state failed the resume with KeyError: 'step' (stored
     # as the run's failure) where a truncated one falls back to the previous checkpoint.
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     cfg, done = trained_run
     store = copy_run(trained_run, tmp_path)
@@ -163,7 +163,7 @@ def test_a_checkpoint_that_loads_but_lacks_what_a_resume_needs_falls_back_to_the
 def test_fidelity_checkpoint_refuses_a_crafted_file_and_falls_back_from_one_in_a_run_folder(
         trained_run, tmp_path, capsys):
     # Bug caught: `solbench fidelity --checkpoint` loaded the file with pickle: the marker appeared.
-    from solbench.fidelity_checkpoint import load_checkpoint
+    from solbench.fidelity.checkpoint import load_checkpoint
 
     store = copy_run(trained_run, tmp_path)
     marker = tmp_path / "marker"
@@ -196,7 +196,7 @@ def test_fidelity_checkpoint_without_network_weights_is_one_line_naming_what_it_
 def test_fidelity_checkpoint_of_a_run_whose_spec_json_is_corrupt_names_the_file_and_the_rerun(trained_run, tmp_path):
     # Bug caught: a corrupt spec.json beside the checkpoint was a JSONDecodeError traceback.
     from solbench.errors import ConfigError
-    from solbench.fidelity_checkpoint import load_checkpoint
+    from solbench.fidelity.checkpoint import load_checkpoint
 
     store = copy_run(trained_run, tmp_path)
     (store.run_dir / "spec.json").write_text('{"method": ')

@@ -1,9 +1,9 @@
 """A run's numbers follow from its spec and the machine kind alone (issue 39): not from --workers, not from
 other solbench runs on the machine, not from a resume, not from a lost env.json.
 
-The thread count is the config's numerics.threads (solbench.threads); what the machine decides (CPU model,
+The thread count is the config's numerics.threads (solbench.machine.threads); what the machine decides (CPU model,
 capability, torch) is recorded by the first attempt in env.json and status.json and compared by every
-later one (solbench.numerics), which says in one line when it cannot match it.
+later one (solbench.machine.numerics), which says in one line when it cannot match it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from solbench.config import RunConfig
 from solbench.launch import RunTask, execute_run
 from solbench.results import RunStore
 from solbench.spec import load_spec
-from solbench.threads import ENV_THREADS, LOCK_DIR_ENV, available_cores, claim_cores
+from solbench.machine.threads import ENV_THREADS, LOCK_DIR_ENV, available_cores, claim_cores
 
 from _runfns import three_runs_spec
 
@@ -134,7 +134,7 @@ def test_workers_1_workers_2_and_a_machine_whose_cores_other_runs_hold_write_ide
     locks = {LOCK_DIR_ENV: str(private_cores)}
     results = {}
     for label, workers in (("one", 1), ("two", 2)):
-        done = solbench_run(spec_path, tmp_path / label, workers, env=locks, run_fn="solbench.trainer:train_run")
+        done = solbench_run(spec_path, tmp_path / label, workers, env=locks, run_fn="solbench.train.trainer:train_run")
         assert done.returncode == 0, done.stdout + done.stderr[-3000:]
         results[label] = same_spec_rows(spec, tmp_path / label)
     # beside another solbench run that holds every core (its claims), with a busy loop on each core
@@ -142,7 +142,7 @@ def test_workers_1_workers_2_and_a_machine_whose_cores_other_runs_hold_write_ide
     try:
         with claim_cores(available_cores()) as held:
             assert len(held) == len(available_cores())
-            done = solbench_run(spec_path, tmp_path / "busy", 2, env=locks, run_fn="solbench.trainer:train_run")
+            done = solbench_run(spec_path, tmp_path / "busy", 2, env=locks, run_fn="solbench.train.trainer:train_run")
     finally:
         for loop in loops:
             loop.kill()

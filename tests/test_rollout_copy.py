@@ -1,5 +1,5 @@
-"""The merged full-precision rollout copy (solbench.policy, model.rollout_copy) and how a run chooses it
-(solbench.rollout_copy, the doctor's memory model).
+"""The merged full-precision rollout copy (solbench.engine.policy, model.rollout_copy) and how a run chooses it
+(solbench.train.rollout_copy, the doctor's memory model).
 
 The bound: the merged copy computes x (W + s B A)^T where the LoRA path computes x W^T + s (x A^T) B^T,
 the same product summed in another order, so in float32 their velocities agree to a few float32 ulps of
@@ -20,8 +20,8 @@ import torch
 from solbench.config import FinetuneConfig, ModelConfig, RunConfig
 from solbench.errors import ConfigError
 from solbench.models import build_adapter
-from solbench.policy import PolicyNets
-from solbench.rollout_copy import choose_rollout_copy
+from solbench.engine.policy import PolicyNets
+from solbench.train.rollout_copy import choose_rollout_copy
 
 BOUND = {torch.float32: 1e-5, torch.bfloat16: 2e-2}  # max |v_merged - v_lora| / max |v_lora|
 
@@ -92,8 +92,8 @@ def test_engine_samples_deterministic_rollouts_through_the_copy_and_stochastic_o
     """Deterministic rollouts of the source role use the merged copy; a stochastic sampler's rollouts keep
     the LoRA role, whose per-step log-probs the loss recomputes through that role. Catches the engine
     ignoring the copy, or using it where the log-prob ratio would then no longer start at exactly 1."""
-    from solbench.engine import Engine, SamplerSpec
-    from solbench.timing import PhaseTimer
+    from solbench.engine.engine import Engine, SamplerSpec
+    from solbench.engine.timing import PhaseTimer
 
     adapter, nets, *_ = _nets(torch.float32)
     used = []
@@ -180,7 +180,7 @@ def test_the_run_records_its_rollout_path(tmp_path):
     from _tiny_config import small_config
 
     from solbench.results import RunStore
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     cfg = small_config("naive_scaling", experiment="rollout_copy", planned_iterations=1, seed=0)
     cfg.model.rollout_copy = "merged"

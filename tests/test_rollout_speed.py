@@ -80,7 +80,7 @@ def test_an_arm_that_fails_loses_no_other_row_and_the_files_follow_every_arm(spe
 
 
 def test_a_compiled_arm_that_fell_back_to_eager_is_an_error_not_a_time(speed, monkeypatch):
-    """solbench.compile falls back to eager when compilation fails; the speed script must not then report eager
+    """solbench.models.compile falls back to eager when compilation fails; the speed script must not then report eager
     code as the compiled row. Catches a compiled row that silently timed eager forwards."""
     module, run = speed
     _fake_compile(monkeypatch, RuntimeError("inductor: lowering float8 cast failed"))

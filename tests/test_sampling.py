@@ -7,11 +7,11 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from solbench import sampling
+from solbench.engine import sampling
 from solbench.errors import ConfigError
 from solbench.models.base import shifted_sigmas
-from solbench.noise import step_noise
-from solbench.sampling import SamplerSpec, sample, step_log_prob, transition
+from solbench.engine.noise import step_noise
+from solbench.engine.sampling import SamplerSpec, sample, step_log_prob, transition
 
 
 def gaussian_data_velocity(mu: float, s: float):

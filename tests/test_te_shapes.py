@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from solbench import quant
-from solbench.batch_invariance import pad_linear_rows
+from solbench.models.batch_invariance import pad_linear_rows
 from solbench.quant.layers import QuantLinear, te_row_multiple, te_rows_padded
 
 

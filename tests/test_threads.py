@@ -1,4 +1,4 @@
-"""A run's CPU threads are its config's numerics.threads (solbench.threads): claimed cores only decide
+"""A run's CPU threads are its config's numerics.threads (solbench.machine.threads): claimed cores only decide
 where they go, never how many there are."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from solbench import threads
+from solbench.machine import threads
 
 
 @pytest.fixture(autouse=True)
@@ -135,7 +135,7 @@ def test_the_thread_count_is_part_of_the_run_id():
 def test_a_fidelity_run_computes_on_a_resolved_thread_count_in_its_id():
     # Bug caught: fidelity runs taking every free core (issue 39's scheduling-dependent numbers, outside the
     # training runs), or a --threads that changes the numbers without changing the run id.
-    from solbench.fidelity import FidelitySettings, resolve, run_id_of
+    from solbench.fidelity.experiment import FidelitySettings, resolve, run_id_of
 
     base = resolve(FidelitySettings(seeds=4, n_prompts=2))
     two = resolve(FidelitySettings(seeds=4, n_prompts=2, threads=2))

@@ -331,7 +331,7 @@ def test_a_mixed_reflow_stage_takes_its_share_of_rows_from_the_pairs_and_the_res
 
 
 def _golden_batch():
-    from solbench.noise import seeded_normal
+    from solbench.engine.noise import seeded_normal
 
     by_skill: dict[str, list[str]] = {}
     for r in load_prompt_set("shapes/heldout"):
@@ -363,11 +363,11 @@ def test_shipped_samples_golden_scores(shipped, guidance, graded, strict):
 
 def test_the_shipped_evaluation_record_is_what_evaluate_measures_on_the_shipped_weights(shipped):
     """solbench/assets/tiny_t2i_eval.json is the accuracy the README and docs quote. Bugs caught: weights replaced
-    without re-evaluating them, and `evaluate` (solbench.world.accuracy, shared by pretrain_tiny.py and
+    without re-evaluating them, and `evaluate` (solbench.measure.tiny_accuracy, shared by pretrain_tiny.py and
     measure_tiny.py) drifting from the settings the record was measured at (noise stream, seeds, shift, steps).
     Unguided only (a CFG row costs twice as much and tests the same wiring; the sampler's guidance has its own
     golden test above); a skill may move by one image where a borderline detection flips on another CPU."""
-    from solbench.world.accuracy import evaluate
+    from solbench.measure.tiny_accuracy import evaluate
 
     record = json.loads(tiny.asset_path("tiny_t2i_eval.json").read_text())
     got = evaluate(shipped, record["prompt_set"], seeds=record["seeds_per_prompt"], steps=record["steps"],

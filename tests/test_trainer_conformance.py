@@ -20,7 +20,7 @@ from solbench.config import FinetuneConfig, RunConfig
 from solbench.errors import NonFiniteLossError
 from solbench.method import get_method, method_names, validate_method_config
 from solbench.results import RunStore
-from solbench.trainer import Trainer, train_run
+from solbench.train.trainer import Trainer, train_run
 
 import _tiny_config as tiny_config
 

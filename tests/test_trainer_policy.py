@@ -10,7 +10,7 @@ import torch
 from solbench.config import FinetuneConfig, ModelConfig
 from solbench.errors import ConfigError
 from solbench.models import build_adapter
-from solbench.policy import PolicyNets
+from solbench.engine.policy import PolicyNets
 
 
 def identity_explore():

@@ -17,18 +17,18 @@ from pathlib import Path
 
 from rich.console import Console
 
-from solbench.bounded_text import clip, clip_repr
+from solbench.text.bounded_text import clip, clip_repr
 
 
 
 def check_environment() -> None:
     """Environment settings no command accepts, refused before any work as one line (a ConfigError) naming
     the variable, by every command, not only those that launch runs (fidelity and sweep run work outside the
-    launcher): SOLBENCH_THREADS and SOLBENCH_CORE_LOCKS (solbench.threads.check_env), SOLBENCH_QUANT_COMPILE_MIN
+    launcher): SOLBENCH_THREADS and SOLBENCH_CORE_LOCKS (solbench.machine.threads.check_env), SOLBENCH_QUANT_COMPILE_MIN
     (solbench.quant.fused.check_env: read at import without failing, refused here)."""
     from solbench.errors import ConfigError
     from solbench.quant.fused import check_env as check_fused_env
-    from solbench.threads import check_env
+    from solbench.machine.threads import check_env
 
     try:
         check_env()

@@ -7,7 +7,7 @@ reward. Writes results/<name>/<run_id>/ (the run) and the collected parquet tabl
 reports/<name>/ with the ranking-fidelity section (Kendall tau, Spearman rho, top-K hit rates,
 contrastive overlap over all N seeds). Runs with other settings under the same --name are kept and
 reported side by side (e.g. --explore-steps 6 and 10, or --recipe none for the step-count effect
-alone). The logic lives in solbench.fidelity.
+alone). The logic lives in solbench.fidelity.experiment.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ HELP = "rank M prompts x N seeds at both precisions from a fixed checkpoint (no 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from solbench.config import DEFAULT_EXPLORE_RECIPES
-    from solbench.fidelity import NO_QUANT
+    from solbench.fidelity.experiment import NO_QUANT
     from solbench.spec.models import SEED_LIMIT
-    from solbench.threads import MAX_THREADS
+    from solbench.machine.threads import MAX_THREADS
 
     parser.add_argument("--model", default=None, help="tiny | flux | sd3 | sana (default: the checkpoint's, else tiny)")
     parser.add_argument("--model-path", default=None,
@@ -78,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from solbench.fidelity import FidelitySettings, check_recipe, run, summary
+    from solbench.fidelity.experiment import FidelitySettings, check_recipe, run, summary
 
     import dataclasses
 

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from solbench.bounded_text import clip
+from solbench.text.bounded_text import clip
 from solbench.commands._common import (add_reports_argument, add_results_argument, console, print_corrupt_lines,
                                        report_lock)
 

@@ -27,7 +27,7 @@ from solbench.commands._common import (add_max_runs_argument, add_only_argument,
                                        filter_runs, load_spec_of, print_damaged, print_notes, report_is_current,
                                        report_lock)
 from solbench.launch import DEFAULT_RUN_FN, TERMINAL_STATES, WORKERS_ENV, launch_spec, run_states, wait_for_runs
-from solbench.progress import LiveDisplay
+from solbench.train.progress import LiveDisplay
 
 HELP = "run every run of a spec that is not done (locally or on Slurm), then collect results and write the report"
 
@@ -61,7 +61,7 @@ def _workers(value: str) -> str:
 def main(args) -> int:
     from solbench.commands.status import build_board
 
-    from solbench.distributed import launch_rank
+    from solbench.engine.distributed import launch_rank
 
     out = console()
     if args.workers is not None:
@@ -124,7 +124,7 @@ def main(args) -> int:
         new_fidelity = False
         if (getattr(spec, "fidelity", None) is not None or getattr(spec, "speed", None) is not None) \
                 and not args.no_report:  # e.g. after Slurm runs ended
-            from solbench.fidelity import fidelity_run_ids
+            from solbench.fidelity.experiment import fidelity_run_ids
 
             before = set(fidelity_run_ids(experiment_dir(spec, args.results)))
             new_fidelity = bool(set(run_fidelity_block(out, spec, args)) - before)
@@ -205,7 +205,7 @@ def run_fidelity_block(out, spec, args) -> list[str]:
     not fatal: the training results still get their report."""
     ids: list[str] = []
     if getattr(spec, "fidelity", None) is not None:
-        from solbench.fidelity import run_spec_block
+        from solbench.fidelity.experiment import run_spec_block
 
         try:
             ids = run_spec_block(spec, args.results, force=args.force, echo=lambda m: out.print(m, markup=False))
@@ -238,6 +238,6 @@ def finish_with_report(out, spec, args) -> Path | None:
 
 def report_run_ids(spec, results) -> list[str]:
     """The runs the report is made of: the spec's, plus those of its ``fidelity:`` block."""
-    from solbench.fidelity import fidelity_run_ids
+    from solbench.fidelity.experiment import fidelity_run_ids
 
     return [r.run_id for r in spec.runs] + (fidelity_run_ids(experiment_dir(spec, results)) if spec.fidelity else [])

@@ -68,10 +68,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_engine(args, rewards=None):
     """(engine, sampler spec, role) for the model/sampler/precision arguments."""
-    from solbench.engine import Engine
+    from solbench.engine.engine import Engine
     from solbench.models import build_adapter
-    from solbench.sampling import SamplerSpec
-    from solbench.timing import PhaseTimer
+    from solbench.engine.sampling import SamplerSpec
+    from solbench.engine.timing import PhaseTimer
 
     device = resolve_device(args.device)
     adapter = build_adapter(ModelConfig(name=args.model, path=args.model_path, resolution=args.resolution), device)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from solbench.bounded_text import clip, clip_end
+from solbench.text.bounded_text import clip, clip_end
 from solbench.commands._common import (add_max_runs_argument, add_only_argument, add_results_argument,
                                        add_spec_argument, console, damaged_runs, filter_runs, load_spec_of,
                                        print_corrupt_lines, print_damaged)
 from solbench.launch import TERMINAL_STATES, read_launch, run_states
-from solbench.progress import Board, LiveDisplay, RunLine, label_of
+from solbench.train.progress import Board, LiveDisplay, RunLine, label_of
 from solbench.results import RunStore
 
 HELP = "show the state of every run of a spec (done, failed, running, pending, interrupted, new)"

@@ -14,7 +14,7 @@ What is checked:
   (with TE's documented ``pip install --no-build-isolation`` command when not) and importing
   ``transformer_engine.pytorch`` (the error when it does not).
 - Weights in the Hugging Face cache or a local directory, never downloading: every component of the
-  three real models' pipelines (solbench.model_files: transformer, VAE, text encoders, tokenizers,
+  three real models' pipelines (solbench.models.model_files: transformer, VAE, text encoders, tokenizers,
   scheduler, each shard of sharded weights) and the reward weights of solbench.rewards.real.
 - Prompt files a spec names (train_prompts / eval.prompts as .txt/.jsonl paths).
 - Memory per rank, itemised for the largest run of each model (``memory_items``): weights per copy
@@ -40,7 +40,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from solbench.hub import MODEL_DOWNLOAD_EXCLUDES, model_download_command  # noqa: F401 (importable here too)
+from solbench.models.hub import MODEL_DOWNLOAD_EXCLUDES, model_download_command  # noqa: F401 (importable here too)
 
 from .gpu import _gib, check_gpus, native_formats, recipe_format
 from .memory import (GPU_MEMORY_GB, REWARD_PARAMS_B, _bits, _host_memory, check_memory, estimate_gpu_gb,

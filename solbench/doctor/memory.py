@@ -3,7 +3,7 @@ host memory per node, and the check of both against this machine and against B20
 
 Items: weights per copy (policy, LoRA and optimizer, explore copy at its format's bits, text
 encoders/VAE), reward models (one instance each), the prompt cache, activations per phase at the
-spec's micro-batches and resolution (solbench.activations), and a fixed overhead. The estimates are
+spec's micro-batches and resolution (solbench.models.activations), and a fixed overhead. The estimates are
 rough (+-20 %): they catch "this cannot fit" and show what each setting costs, not fine margins
 (docs/real-models.md, "Memory per rank").
 """
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from solbench.activations import per_sample_gb, transformer_text_tokens
+from solbench.models.activations import per_sample_gb, transformer_text_tokens
 
 from .gpu import _gib
 from .needs import MemoryProfile, SpecNeeds
@@ -42,7 +42,7 @@ def _bits(formats: set[str]) -> float:
 
 
 def merged_copy_gb(model: str) -> float:
-    """GB of a merged rollout copy of ``model`` (solbench.policy): its LoRA-adapted linears in bf16, the rest
+    """GB of a merged rollout copy of ``model`` (solbench.engine.policy): its LoRA-adapted linears in bf16, the rest
     shared with the policy. The default targets are square projections of the model's width, so a layer with
     r (in + out) = 2 r hidden LoRA parameters holds hidden^2 weights."""
     mw = MODEL_WEIGHTS[model]
@@ -52,7 +52,7 @@ def merged_copy_gb(model: str) -> float:
 
 def merged_copy_fits(profile: MemoryProfile, capacity_gb: float) -> tuple[bool, float]:
     """(whether the run fits a GPU of ``capacity_gb`` with a merged rollout copy, its estimate with the copy):
-    what model.rollout_copy: auto decides by (solbench.rollout_copy)."""
+    what model.rollout_copy: auto decides by (solbench.train.rollout_copy)."""
     need = estimate_total_gb(memory_items(dataclasses.replace(profile, rollout_copy="merged")))
     return need <= capacity_gb * FIT_SHARE, need
 
@@ -90,7 +90,7 @@ def memory_items(profile: MemoryProfile | SpecNeeds, model: str | None = None) -
     side = res // mw.pixels_per_token
     cfg = 2 if (mw.cfg if p.cfg is None else p.cfg) else 1
     # per sample and forward, from the blocks' measured saved tensors, inputs and working sets
-    # (solbench.activations: the real diffusers modules, fp32 LoRA, bf16, scaled by tokens and width)
+    # (solbench.models.activations: the real diffusers modules, fp32 LoRA, bf16, scaled by tokens and width)
     acts = dict(image_tokens=side * side, text_tokens=transformer_text_tokens(p.model, p.text_max_length))
     rollout_gb = per_sample_gb(p.model, **acts, training=False)
     train_gb = per_sample_gb(p.model, **acts, training=True, checkpointing=p.gradient_checkpointing)

@@ -1,9 +1,9 @@
 """Weight checks: the real models' and rewards' files in the Hugging Face cache or a local directory,
 never downloading, and the table of real models (repository, licence, sizes for the memory model).
 
-Every component of the three real models' pipelines is checked (solbench.model_files: transformer,
+Every component of the three real models' pipelines is checked (solbench.models.model_files: transformer,
 VAE, text encoders, tokenizers, scheduler, each shard of sharded weights), and the reward weights of
-solbench.rewards.real; a missing one comes with its download command (solbench.hub).
+solbench.rewards.real; a missing one comes with its download command (solbench.models.hub).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from solbench.hub import download_command, hub_file, model_download_command
-from solbench.model_files import missing_files
+from solbench.models.hub import download_command, hub_file, model_download_command
+from solbench.models.model_files import missing_files
 
 from .rows import FAIL, OK, WARN, Row
 

@@ -70,10 +70,10 @@ def launch_spec(spec, results_root: str | Path = "results", *, profile_name: str
     after it is not redone."""
     from solbench.spec import check_launch, load_profile
 
-    from solbench.distributed import join_launch_group
+    from solbench.engine.distributed import join_launch_group
 
     from solbench.errors import ConfigError
-    from solbench.threads import check_env
+    from solbench.machine.threads import check_env
 
     try:
         check_env()  # SOLBENCH_THREADS would change the numbers from outside the spec: refused before any run

@@ -28,18 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from solbench import numerics
+from solbench.machine import numerics
 from solbench.config import RunConfig
 from solbench.errors import ConfigError, SolbenchError
 from solbench.results import RunStore, capture_env
-from solbench.threads import cpu_allocation
+from solbench.machine.threads import cpu_allocation
 
 from .locks import LOCK_FILE, run_lock
 from .states import LAUNCH_FILE
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RUN_FN = "solbench.trainer:train_run"
+DEFAULT_RUN_FN = "solbench.train.trainer:train_run"
 
 
 def _now() -> str:
@@ -113,7 +113,7 @@ def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str,
     Returns {"state": "done", "result": ...} or {"state": "failed", "error": ...}, or
     {"state": "skipped"} when another live process holds the run.
     """
-    from solbench.progress import ProgressWriter
+    from solbench.train.progress import ProgressWriter
 
     for entry in reversed(task.sys_path):
         if entry not in sys.path:
@@ -150,9 +150,9 @@ def execute_run(task: RunTask, *, progress: Callable | None = None) -> dict[str,
         if progress is not None:
             writer.add_listener(progress)
         try:
-            # The run's threads are its config's (numerics.threads; solbench.threads pins them to cores of
+            # The run's threads are its config's (numerics.threads; solbench.machine.threads pins them to cores of
             # their own where free); the machine's side of its numerics is compared with what its first
-            # attempt recorded, in env.json and in status.json (solbench.numerics).
+            # attempt recorded, in env.json and in status.json (solbench.machine.numerics).
             on_gpu = cfg.device == "cuda" or (cfg.device == "auto" and _cuda())
             previous_env = _read_env(store)
             recorded = numerics.recorded_setting(previous_env, previous)

@@ -4,7 +4,7 @@ share of the cores.
 ``local_workers`` decides how many runs execute at once (SOLBENCH_WORKERS, or the profile's ``workers``),
 ``fit_threads`` lowers that where a worker's share of the cores would be smaller than a run's
 ``numerics.threads``, and ``core_shares`` splits the cores among the workers. None of it changes a run's
-numbers: its thread count is its config's (solbench.threads), in a worker or in-process alike.
+numbers: its thread count is its config's (solbench.machine.threads), in a worker or in-process alike.
 
 The workers are this module's own processes, one pipe each (``_WorkerPool``), not a
 concurrent.futures pool: a worker that dies (killed, out of memory) fails its own run only, with the
@@ -27,7 +27,7 @@ from typing import Any
 
 from solbench.errors import ConfigError
 from solbench.results import RunStore
-from solbench.threads import LOCAL_WORKER_ENV, available_cores, usable_cores
+from solbench.machine.threads import LOCAL_WORKER_ENV, available_cores, usable_cores
 
 from .execute import DEFAULT_RUN_FN, RunTask, _cuda, _now, execute_run, run_fn_ref
 from .locks import run_lock
@@ -88,7 +88,7 @@ def core_shares(cores: Sequence[int], workers: int) -> list[list[int]]:
 
 
 def _init_local_worker(slot: int, cores: list[int], n_workers: int) -> None:
-    """Pin a new worker process to its share of the cores; its runs claim (solbench.threads) just those."""
+    """Pin a new worker process to its share of the cores; its runs claim (solbench.machine.threads) just those."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)
     _end_with_parent()
@@ -308,7 +308,7 @@ def launch_local(spec, runs: Sequence[Any], results_root: Path, *, run_fn: str |
     ``workers`` 1: one after another in this process. More: that many at once, each in a worker
     process pinned to its share of the cores (``local_workers`` decides how many).
 
-    Under torchrun (``group``: solbench.distributed.join_launch_group) every rank calls this with
+    Under torchrun (``group``: solbench.engine.distributed.join_launch_group) every rank calls this with
     the same runs; rank 0 prepares the run folders and the others wait for it, then all execute
     each run together (rank 0 records it), one run after another.
     """

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from solbench.measure.work import UntiedReward, did_work, fingerprint
-from solbench.timing import PhaseTimer
+from solbench.engine.timing import PhaseTimer
 
 __all__ = ["MeasuringTimer", "measure_spec", "predicted_items", "predicted_phase_gb", "PRIORITY"]
 
@@ -171,7 +171,7 @@ def _measure_run(cfg, *, device: torch.device, tiny: bool, rewards: dict, workdi
     from solbench.measure.published import build_adapter
     from solbench.method import get_method
     from solbench.results import RunStore
-    from solbench.trainer import Trainer
+    from solbench.train.trainer import Trainer
 
     result = MethodMeasurement(cfg.method, cfg.run_id)
     prompts = workdir / "prompts.txt"
@@ -272,9 +272,9 @@ def predicted_phase_gb(items: dict, phase: str) -> float | None:
 
 
 def projected_seconds_per_forward(model: str, resolution: int | None, hardware: str, low_precision: bool) -> float:
-    """The cost projection's seconds for one transformer forward of one image (solbench.paper_models'
+    """The cost projection's seconds for one transformer forward of one image (solbench.measure.paper_models'
     closed-form FLOPs, a hardware profile's dense peaks and the paper setting's utilisation, solbench.report.cost)."""
-    from solbench.paper_models import forward_flops
+    from solbench.measure.paper_models import forward_flops
     from solbench.report.cost import PaperSetting
     from solbench.report.hardware import get_hardware
 

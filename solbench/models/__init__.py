@@ -70,11 +70,11 @@ def resolve_full_dtype(name: str, device: torch.device | str) -> torch.dtype:
     """The dtype of precision "full": "auto" is bfloat16 on CUDA and float32 on CPU.
 
     "native" is bfloat16 on CUDA and on CPUs with native bf16 arithmetic (AMX / AVX512_BF16, see
-    solbench.cpu), float32 elsewhere. It is opt-in: whether bf16 beats fp32 on a CPU depends on the
+    solbench.machine.cpu), float32 elsewhere. It is opt-in: whether bf16 beats fp32 on a CPU depends on the
     GEMM kernels for that chip (docs/quantization.md has measurements), and fp32 keeps the numbers.
     """
     if name == "native":
-        from solbench.cpu import native_bf16
+        from solbench.machine.cpu import native_bf16
 
         return torch.bfloat16 if torch.device(device).type == "cuda" or native_bf16() else torch.float32
     if name == "auto":
@@ -124,7 +124,7 @@ def check_model_settings(cfg: ModelConfig) -> None:
     if cfg.text_max_length is not None and (not isinstance(cfg.text_max_length, int) or cfg.text_max_length < 1):
         raise ConfigError(f"model.text_max_length must be an integer >= 1 or null (the model's default), "
                           f"got {cfg.text_max_length!r}")
-    from solbench.compile import check_setting
+    from solbench.models.compile import check_setting
     from solbench.config import ROLLOUT_COPY_SETTINGS
 
     check_setting(cfg.compile)

@@ -213,7 +213,7 @@ class ModelAdapter(ABC):
         return 2 if (self.guidance_mode == "cfg" and g is not None and g != 1.0) else 1
 
     def flops_per_forward(self) -> float | None:
-        """FLOPs of one network forward for one sample (solbench.flops), None where unknown."""
+        """FLOPs of one network forward for one sample (solbench.models.flops), None where unknown."""
         return None
 
     # -- resolution -------------------------------------------------------------------------------

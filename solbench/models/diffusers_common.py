@@ -2,7 +2,7 @@
 
 Each real adapter keeps its diffusers pipeline object and reuses the pipeline's own prompt encoding
 (``encode_prompt``) and latent packing, so conditioning and latents are exactly what the pipeline
-would feed its transformer; only the denoising loop is solbench's (solbench.sampling). Weights load
+would feed its transformer; only the denoising loop is solbench's (solbench.engine.sampling). Weights load
 with ``local_files_only=True``: a model missing from the local path or the Hugging Face cache fails at
 once with MissingWeightsError naming the model id and how to download it.
 """
@@ -47,7 +47,7 @@ def load_pipeline(pipeline_cls, path: str, default_id: str, dtype: torch.dtype, 
     try:
         return pipeline_cls.from_pretrained(path, **{_DTYPE_KWARG: dtype}, local_files_only=True, **components)
     except (OSError, ValueError, EnvironmentError) as err:
-        from solbench.hub import model_download_command
+        from solbench.models.hub import model_download_command
 
         repo = path if "/" in path and not path.startswith(("/", ".")) else default_id
         gate = (f" {default_id} is a gated model: accept its licence on https://huggingface.co/{default_id} "

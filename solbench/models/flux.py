@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from solbench import flops
+from solbench.models import flops
 from solbench.models.base import Cond, net_dtype
 from solbench.models.diffusers_common import DiffusersAdapter, load_pipeline
 

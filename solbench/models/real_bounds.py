@@ -2,7 +2,7 @@
 checked before the pipeline is loaded: a folder from anyone cannot make a run build a transformer far larger than
 the published one it stands for.
 
-Each size of the published config (solbench.flops.REAL_MODELS: layers, heads, head dims, widths) may be at most
+Each size of the published config (solbench.models.flops.REAL_MODELS: layers, heads, head dims, widths) may be at most
 ``GROWTH`` times its published value; past it ``config_problem`` names the sizes and the parameters the config would
 build, estimated from the published count (depth and width scaled: parameters grow with the layers and the square
 of the width), without building anything.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from solbench.bounded_text import clip
+from solbench.text.bounded_text import clip
 from solbench.models.tiny_bounds import read_config
 
 #: How many times its published value a size of a local transformer config may be.
@@ -27,7 +27,7 @@ SIZES = ("num_layers", "num_single_layers", "num_attention_heads", "attention_he
 def config_problem(model: str, folder: str | Path) -> str | None:
     """Why ``folder``'s transformer/config.json is no config of ``model`` within the bounds (None when it is, or
     when the folder has none: the loader says what is missing)."""
-    from solbench.flops import REAL_MODELS
+    from solbench.models.flops import REAL_MODELS
 
     path = Path(folder).expanduser() / "transformer" / "config.json"
     if model not in REAL_MODELS or not path.is_file():

@@ -57,7 +57,7 @@ import torch
 from torch import Tensor, nn
 
 from solbench.errors import ConfigError, MissingWeightsError
-from solbench.hub import download_command, hub_file
+from solbench.models.hub import download_command, hub_file
 
 DEFAULT_CHECKPOINT = "yitongl/SANA_LinearFFN/SANA_LinearFFN.pth"  # configs/sol_rl/sana.py native_model_source
 DEFAULT_PIPELINE = "Efficient-Large-Model/Sana_1600M_1024px_BF16_diffusers"  # train_sana.py: text encoder, VAE

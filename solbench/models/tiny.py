@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from solbench.batch_invariance import invariant_batch
-from solbench.bounded_text import clip
+from solbench.models.batch_invariance import invariant_batch
+from solbench.text.bounded_text import clip
 from solbench.errors import ConfigError, MissingWeightsError
 from solbench.models.base import shifted_sigmas
 
@@ -128,7 +128,7 @@ class TinyTextEncoder(nn.Module):
 
     def forward(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         # The batch is padded with empty prompts to a row count that CPU GEMM kernels treat like any
-        # other (solbench.batch_invariance): the encoder layer's fused inference path runs its
+        # other (solbench.models.batch_invariance): the encoder layer's fused inference path runs its
         # projections as functions, which the engine's per-layer row padding cannot reach, and at
         # one prompt's 10 rows AMD's MKL kernel gives other bits with 1 thread than with 2, so the
         # same prompt was encoded differently by a 1-thread rank (or worker) and a 2-thread process.

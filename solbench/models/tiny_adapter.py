@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from solbench import flops
+from solbench.models import flops
 from solbench.models.base import Cond, ModelAdapter
 
 

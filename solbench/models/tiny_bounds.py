@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from solbench.bounded_text import clip, decode_text, read_at_most
+from solbench.text.bounded_text import clip, decode_text, read_at_most
 
 #: Largest value of each size of a tiny config (the shipped model: 2 + 2 layers, 8 heads of 32, text 64 wide).
 BOUNDS = {

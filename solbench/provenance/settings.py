@@ -9,7 +9,7 @@ are not asked for: the explore copy's without one (the torch backend's only with
 evaluation EMA's when it evaluates the policy, a model's own settings (model.checkpoint, ...) on other models.
 
 ``resolve(cfg, setting)`` gives one run's value. The derived evaluation settings are computed by the functions
-the trainer evaluates with (solbench.trainer_setup.eval_sampler, eval_resolution), so a row can only hold
+the trainer evaluates with (solbench.train.setup.eval_sampler, eval_resolution), so a row can only hold
 what the run does.
 """
 
@@ -33,7 +33,7 @@ def _method(cfg: RunConfig):
 
 
 def optimizer_steps_per_iteration(cfg: RunConfig) -> int:
-    """Optimizer steps one iteration takes, as solbench.trainer.Trainer.optimize counts them."""
+    """Optimizer steps one iteration takes, as solbench.train.trainer.Trainer.optimize counts them."""
     mc = cfg.method_config
     trained = cfg.prompts_per_iter * mc.get("k", mc.get("group_size"))
     n_micro = -(-trained // mc["micro_batch_size"]) if mc.get("micro_batch_size") else 1
@@ -98,13 +98,13 @@ def _old_policy_decay(cfg: RunConfig) -> list[float] | None:
 
 
 def _eval_sampler(cfg: RunConfig):
-    from solbench.trainer_setup import eval_sampler
+    from solbench.train.setup import eval_sampler
 
     return eval_sampler(cfg)
 
 
 def _eval_resolution(cfg: RunConfig) -> int | None:
-    from solbench.trainer_setup import eval_resolution
+    from solbench.train.setup import eval_resolution
 
     return eval_resolution(cfg)
 
@@ -125,7 +125,7 @@ SETTINGS: dict[str, Callable[[RunConfig], Any]] = {
     "derived.trained_timesteps": _trained_timesteps,
     "derived.optimizer_steps_per_rollout": optimizer_steps_per_iteration,
     "derived.reward_weights": lambda c: sorted(c.rewards.values()),
-    # the evaluation protocol, as solbench.trainer.Trainer.evaluate samples it
+    # the evaluation protocol, as solbench.train.trainer.Trainer.evaluate samples it
     "derived.eval_sampler": lambda c: _eval_sampler(c).kind,
     "derived.eval_guidance": lambda c: _eval_sampler(c).guidance,  # None: the model's default
     "derived.eval_shift": lambda c: _eval_sampler(c).shift,  # None: the model scheduler's own at that resolution
@@ -141,7 +141,7 @@ SETTINGS: dict[str, Callable[[RunConfig], Any]] = {
 NOT_RESULTS: dict[str, str] = {
     "experiment": "the experiment's name: where the results are written",
     "method": "the run's method: a row names its methods",
-    "seed": "the run seed draws solbench's own noise streams (solbench.noise), which no reference's RNG "
+    "seed": "the run seed draws solbench's own noise streams (solbench.engine.noise), which no reference's RNG "
             "reproduces; the matrix's seeds are replicates, the same for every method",
     "model.gradient_checkpointing": "recomputes activations in the backward pass: memory, not numbers",
     "model.cpu_offload": "moves frozen parts between devices: memory, not numbers",
@@ -149,7 +149,7 @@ NOT_RESULTS: dict[str, str] = {
                                      "computing anything else",
     "eval.grid_prompts": "which eval images the saved sample grid shows",
     "eval.explore_gap_every": "how often the harness measures the explore copy's error beside training "
-                              "(solbench.explore_gap): extra rows, the training untouched",
+                              "(solbench.train.explore_gap): extra rows, the training untouched",
     "micro_batch.rollout": "samples per sampling call: memory (bit-identical on CPU, summation order on GPU)",
     "micro_batch.reward": "images per reward-model call: memory",
     "micro_batch.train": "samples per training forward: memory (the optimizer steps are "

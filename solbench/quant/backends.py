@@ -64,7 +64,7 @@ def unavailable_reason(recipe: QuantRecipe, backend: str, device: torch.device |
         if capability is not None or (device is not None and torch.device(device).type != "cpu"):
             return "cpu_bf16 runs on the CPU"
         if auto:
-            from solbench.cpu import native_bf16
+            from solbench.machine.cpu import native_bf16
 
             if not native_bf16():
                 return "this CPU has no bf16 units (no avx512_bf16 or amx_bf16 flag): bf16 GEMMs would be emulated"

@@ -30,7 +30,7 @@ Bound the tests state: ``|y - y_emulated| <= 2^-8 |y_emulated| + 2^-16 (|Xv| @ |
 elementwise (the second term covers the summation order and the rounding of item 1).
 
 Where it runs: any CPU (torch computes bf16 GEMMs everywhere). It is fast only where the CPU has bf16
-units (AVX512_BF16 dot products, AMX tiles: solbench.cpu.native_bf16), so ``quant.backend: auto``
+units (AVX512_BF16 dot products, AMX tiles: solbench.machine.cpu.native_bf16), so ``quant.backend: auto``
 takes it there and only there. Recipes it runs: NVFP4 with 1x16 activation blocks and FP8 E4M3 per
 tensor, weights and activations (W4A4, W8A8), non-finite policy "error"; layers with in/out features
 divisible by 16 (as the GPU backends). Weight-only recipes would have to round the input to bf16,

@@ -9,7 +9,7 @@ per-tensor scale) and runs torch's scaled matrix multiply on it:
 - FP8 (Ada sm_89, Hopper sm_90, Blackwell): ``torch._scaled_mm`` with per-tensor scales, the
   input quantized on every forward with TE's current scaling (scale = 448 / amax) by one compiled
   function of two passes over the input (amax with the scale, then scale and cast:
-  solbench.quant.fused.native_kernel); inside a compiled forward (solbench.compile) the same
+  solbench.quant.fused.native_kernel); inside a compiled forward (solbench.models.compile) the same
   arithmetic is traced into the block's graph, where inductor fuses the quantizations of a tensor that
   several layers read (q, k, v) into one pass: the input read and its amax and scale computed once,
   each layer's codes written by that pass (tests/test_quant_native.py reads the generated code). Eager

@@ -4,7 +4,7 @@ One rule decides whether an nn.Linear runs quantized: ``solbench.quant.model.qua
 skip patterns and its ``max(in, out) <= min_dim`` size rule, as the reference's
 ``replace_linear_with_te`` applies them, plus TransformerEngine's 16-divisibility on the ``te``
 backend); ``quantized_copy`` builds the explore copy with it. This module applies the same rule to the
-model's layers as they are shaped at a run's resolution and token counts (``solbench.flops.linear_layers``:
+model's layers as they are shaped at a run's resolution and token counts (``solbench.models.flops.linear_layers``:
 a forward on the meta device with a hook on every nn.Linear), so the cost projection of the paper's
 setting (solbench/report/cost.py) and the projected clock of each run (solbench/report/clock.py) price
 exactly the FLOPs the recipe puts in low precision, and everything else (attention products, the layers
@@ -17,7 +17,7 @@ import functools
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from solbench.flops import LinearLayer, linear_layers, model_architecture
+from solbench.models.flops import LinearLayer, linear_layers, model_architecture
 from solbench.quant.model import quantizes, recipe_for_config
 from solbench.quant.recipes import QuantRecipe, get_recipe
 
@@ -71,7 +71,7 @@ def precision_split(model: str, recipe: QuantRecipe | str, *, resolution: int | 
     """The PrecisionSplit of one forward of ``model`` (tiny | flux | sd3 | sana) at ``resolution`` under
     ``recipe`` (a name, a QuantRecipe or ``"none"``). ``backend`` ("emulated" | "te") overrides the
     recipe's: on ``te`` a layer whose features are not divisible by 16 stays in full precision.
-    ``text_tokens``: a real model's text length (default: its pipeline's maximum, solbench.flops)."""
+    ``text_tokens``: a real model's text length (default: its pipeline's maximum, solbench.models.flops)."""
     if isinstance(recipe, str):
         return _cached_split(model, recipe, resolution, path, backend, text_tokens)
     return _split(model, recipe, resolution, path, backend, text_tokens)
@@ -91,11 +91,11 @@ def _split(model, recipe, resolution, path, backend, text_tokens=None) -> Precis
 def run_text_tokens(model: str, text_max_length: int | None) -> int | None:
     """The text tokens a run's transformer attends to, as ``precision_split`` takes them: a real model's
     prompts encoded to the run's ``model.text_max_length`` (None: the adapter's default; SD3 adds CLIP's 77,
-    solbench.activations.transformer_text_tokens), not the pipeline's maximum; None for the tiny model,
+    solbench.models.activations.transformer_text_tokens), not the pipeline's maximum; None for the tiny model,
     whose token counts come from its weights' JSON."""
     if model == "tiny":
         return None
-    from solbench.activations import transformer_text_tokens
+    from solbench.models.activations import transformer_text_tokens
 
     return transformer_text_tokens(model, text_max_length)
 

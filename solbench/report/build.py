@@ -45,7 +45,7 @@ def resolve_experiment(spec_or_experiment: str | Path, results_root: str | Path 
             raise ConfigError(f"{target}: no such spec file")
         import yaml
 
-        from solbench.spec_text import non_utf8
+        from solbench.text.spec_text import non_utf8
 
         try:
             data = yaml.safe_load(target.read_text(encoding="utf-8")) or {}
@@ -77,7 +77,7 @@ def _check_name(name: str, where: str) -> None:
     name) would write it outside the reports root, so it is refused in one line."""
     import re
 
-    from solbench.spec_text import NAME_PATTERN
+    from solbench.text.spec_text import NAME_PATTERN
 
     if not re.match(NAME_PATTERN, name):
         raise ConfigError(f"{where}: {name!r} is not an experiment name (letters, digits, '_', '.', '-', starting "

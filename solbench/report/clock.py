@@ -1,6 +1,6 @@
 """The PROJECTED GPU clock: what a run's counted FLOPs would take on a hardware profile.
 
-Every timing row carries the FLOPs its phase counted (``timings.flops``; solbench/flops.py). The projected
+Every timing row carries the FLOPs its phase counted (``timings.flops``; solbench/models/flops.py). The projected
 clock of a run at step s is the sum, over its training iterations 1..s and their phases with a count
 (evaluation excluded), of flops / (peak x mfu). Full-precision phases run at the profile's BF16 peak.
 Explore-precision phases run at the precision each FLOP really ran at: the share q of a forward's FLOPs

@@ -6,8 +6,8 @@ caption, and none is mixed with measured timings.
 Its inputs are stored results, not code: each model's FLOPs per forward split into ``linear`` (the layers an
 NVFP4 recipe quantizes, ``quantized`` of them under the model's recipe) and ``attention`` (kept in BF16), its
 resolution, text tokens, recipe, trained timesteps, forwards per step and text-encoder, VAE and reward FLOPs
-are the table paper_model_facts.parquet that ``solbench collect`` writes beside the runs (solbench.paper_models
-computes them in closed form from the architecture configs and the real specs; solbench.stored_facts names
+are the table paper_model_facts.parquet that ``solbench collect`` writes beside the runs (solbench.measure.paper_models
+computes them in closed form from the architecture configs and the real specs; solbench.results.stored_facts names
 them). Results collected before that table existed get a note naming the command that adds it.
 
 Seconds per iteration in the paper's setting (``PaperSetting``: 48 prompt groups per iteration on 8
@@ -45,7 +45,7 @@ from solbench.report.hardware import HARDWARE, Hardware, get_hardware  # noqa: F
 from solbench.report.registry import Note, Table, report_kind
 from solbench.report.stored import missing, paper_model_facts
 from solbench.report.tables import Tables
-from solbench.stored_facts import ForwardFlops, ModelSetting, model_setting
+from solbench.results.stored_facts import ForwardFlops, ModelSetting, model_setting
 
 
 def forward_seconds(f: ForwardFlops, hw: Hardware, *, explore: bool = False, mfu: float = 0.215,

@@ -2,7 +2,7 @@
 
 The B200 / H100 projection (clock.py) prices counted FLOPs with published peaks and cannot be checked on
 a CPU. Priced with the CPU's own rates, the same FLOP counts predict the CPU's rollout and E2E ratios, and
-the measured ratios check them. The rates come from the runs (``cpu_rates.json``, solbench.cpu_rates,
+the measured ratios check them. The rates come from the runs (``cpu_rates.json``, solbench.train.cpu_rates,
 collected as ``rate_*`` columns; the median over the runs that measured them) in two profiles:
 
 - **GEMM rates**: full-precision FLOPs at the fp32 GEMM rate; explore FLOPs at the share the recipe

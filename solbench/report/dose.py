@@ -1,6 +1,6 @@
 """Where naive FP4 breaks (issue 48): the explore copy's error against training iteration, and the dose-response.
 
-Reads the runs' ``explore_gap`` rows (solbench.explore_gap: at measured iterations, the seeds a run trained on
+Reads the runs' ``explore_gap`` rows (solbench.train.explore_gap: at measured iterations, the seeds a run trained on
 sampled at the other precision too; ``x0_rel_dist`` the samples' distance over the full-precision samples' spread,
 ``grad_cos`` / ``grad_norm_ratio`` the NFT loss gradient on the low-precision samples against on their
 full-precision twins) and the per-sample eval rows (split ``eval_sample``). Three outputs per model:
@@ -34,7 +34,7 @@ from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import CI, fmt_bounded_ci, fmt_ci, mean_ci
 from solbench.report.tables import Tables, method_display, same_method
 
-SPLIT = "explore_gap"  # solbench.explore_gap.SPLIT (the report reads results, never the trainer's modules)
+SPLIT = "explore_gap"  # solbench.train.explore_gap.SPLIT (the report reads results, never the trainer's modules)
 DOSE = "x0_rel_dist"
 #: the gap metrics plotted against iteration: (metric, axis label)
 PANELS = ((DOSE, "sample distance / spread (ratio)"), ("grad_cos", "gradient cosine (-1 to 1)"),
@@ -162,7 +162,7 @@ def dose_response(tables: Tables):
         if not mine.empty:
             data = _gap_table(mine, level)
             outputs.append(Table(f"explore_gap_{model}", f"Explore gap against iteration, {model}", data, (
-                "Per measured iteration (solbench.explore_gap): the seeds each run trained on, sampled at the other "
+                "Per measured iteration (solbench.train.explore_gap): the seeds each run trained on, sampled at the other "
                 "precision with the same noise and sampler; `x0_rel_dist` = RMS(x0 low - x0 full) / spread of the "
                 "full-precision samples (0: no error; about 1.4: as far apart as two seeds), `grad_cos` and "
                 "`grad_norm_ratio` = the NFT loss gradient on the low-precision samples against on their twins (same "

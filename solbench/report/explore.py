@@ -5,7 +5,7 @@ Linear) and at SANA's (attention in full precision) rank seeds differently, FP8 
 backend (fake quantization in full precision, what CPU runs use) says nothing about FP4 hardware. Every
 fidelity and speed number of a report names them (issue 41, item 5), from the runs' own settings
 (``p_quant.recipe``, ``p_quant.backend``), the recipe's format recorded with them (``fact_explore_format``,
-solbench.stored_facts) and, where a fidelity run measured it, the share of the linear multiply-accumulates its
+solbench.results.stored_facts) and, where a fidelity run measured it, the share of the linear multiply-accumulates its
 copy ran in low precision (``p_quant.mac_share``).
 """
 

@@ -10,7 +10,7 @@ Per group with at least 3 pairs:
   group with constant rewards has no correlation and is counted apart);
 - top-K hit rate, K in ``options.top_k`` below the group size: |top-K by proxy & top-K by full| / K;
 - contrastive-set overlap: the best_worst selection (top floor(K/2) + bottom ceil(K/2), ties by
-  candidate index, as solbench.selection) made from proxy rewards vs from full rewards,
+  candidate index, as solbench.method.selection) made from proxy rewards vs from full rewards,
   |S_proxy & S_full| / K.
 
 Two kinds of group, reported apart:
@@ -41,7 +41,7 @@ MIN_PAIRS = 3
 
 
 def _order_desc(r: np.ndarray) -> np.ndarray:
-    # descending, ties by lower index first (stable): the rule of solbench.selection
+    # descending, ties by lower index first (stable): the rule of solbench.method.selection
     return np.argsort(-r, kind="stable")
 
 
@@ -183,7 +183,7 @@ def _trained(tables: Tables) -> set[str]:
     return trained_rewards(tables, tables.done_runs)
 
 
-# p_* columns of a `solbench fidelity` run (solbench/fidelity.py) -> setup table column
+# p_* columns of a `solbench fidelity` run (solbench/fidelity/experiment.py) -> setup table column
 _SETUP = {"p_checkpoint.path": "checkpoint", "p_checkpoint.step": "step", "p_checkpoint.role": "role",
           "p_prompts.set": "prompts", "p_prompts.n_prompts": "M prompts", "p_seeds": "N seeds",
           "p_sampling.sampler": "sampler", "p_sampling.explore_steps": "explore steps", "p_sampling.steps": "full steps",
@@ -358,7 +358,7 @@ def fidelity_settings(runs: pd.DataFrame) -> pd.DataFrame:
     for col, name in cols.items():
         out[name] = runs[col].map(lambda v: _fmt_setting(_hashable(v))).values if col in runs else "-"
     out["checkpoint_label"] = [_checkpoint_label(run, every) for _, run in runs.iterrows()]
-    # what the explore copy put in low precision, measured when the run built it (solbench.fidelity.record_mac_share);
+    # what the explore copy put in low precision, measured when the run built it (solbench.fidelity.experiment.record_mac_share);
     # NaN for runs stored before it was recorded. Not a setting the control shares: the control's is 0.
     for col, name in (("p_quant.mac_share", "mac_share"), ("p_quant.quantized_linears", "quantized_linears"),
                       ("p_quant.linears", "linears")):

@@ -7,7 +7,7 @@ seeds from one fixed checkpoint at BOTH precisions, with no training: each seed 
 with the full sampler, every image scored by every reward. The result is a candidates table in the
 collect format (plus ``reward_name``), which ``ranking_fidelity`` reports as "all seeds" groups.
 
-``fidelity_experiment`` takes a ready ``solbench.engine.Engine`` whose roles "explore" and "policy"
+``fidelity_experiment`` takes a ready ``solbench.engine.engine.Engine`` whose roles "explore" and "policy"
 hold the checkpoint's low-precision copy and full-precision policy (built the way the trainer
 builds them), so that noise, samplers, precision handling and timing are exactly those of training.
 """

@@ -288,7 +288,7 @@ def _primary_recipe(tables: Tables, model: str, recipes: list[str]) -> str | Non
         return recipes[0]
     from solbench.report.stored import default_explore_recipe
 
-    default = default_explore_recipe(tables, model)  # as the runs recorded it (solbench.stored_facts)
+    default = default_explore_recipe(tables, model)  # as the runs recorded it (solbench.results.stored_facts)
     return default if default in recipes else None
 
 

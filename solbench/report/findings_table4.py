@@ -2,7 +2,7 @@
 precision (the paper: CLIP score of NVFP4 against BF16 images, FLUX 27.44 vs 27.10, SANA 29.53 vs 29.43, SD3.5-L
 28.37 vs 28.34: ../shared/reference/paper.md).
 
-Every all-seeds fidelity run (solbench/fidelity.py) generates each of its candidates twice from the same noise, on the
+Every all-seeds fidelity run (solbench/fidelity/experiment.py) generates each of its candidates twice from the same noise, on the
 same prompts: once through the explore copy (the run's recipe, ``explore_steps``) and once through the full-precision
 network (``steps``), and scores both images with every eval reward (``candidates.parquet``: precision ``explore`` and
 ``full``, one row per candidate and reward). Per reward, checkpoint and recipe this module pairs the two scores of each

@@ -3,7 +3,7 @@
 - the data hash (sha256 over the collected parquet files), the runs' git SHAs, run counts, arms, devices;
 - per model, what names its weights (issue 42: a report never names its model only by "tiny"): the sha256 of
   the weights file, the width and the parameter count, as the experiment's fidelity runs recorded them when they
-  loaded the same ``model.path`` as its training runs (solbench.fidelity.model_identity), or a line saying these
+  loaded the same ``model.path`` as its training runs (solbench.fidelity.experiment.model_identity), or a line saying these
   results do not record them; and the explore copy the training runs sampled with: format and recipe, the share of
   the linear multiply-accumulates it ran in low precision (as a fidelity run of that recipe measured it) and the
   backend (solbench/report/explore.py);

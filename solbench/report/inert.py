@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import re
 
-from solbench.bounded_text import clip
+from solbench.text.bounded_text import clip
 
 TEXT_CHARS = 4000  # a note's or caption's bound
 _NEWLINES = re.compile(r"[\r\n\u2028\u2029\x0b\x0c\x85]+")

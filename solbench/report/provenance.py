@@ -18,7 +18,7 @@ import pandas as pd
 from solbench.report.registry import Note, Table, report_kind
 from solbench.report.stored import missing
 from solbench.report.tables import Tables
-from solbench.stored_facts import PROVENANCE_TABLE
+from solbench.results.stored_facts import PROVENANCE_TABLE
 
 
 @report_kind("provenance", title="Provenance: deviations from the reference code", order=90)

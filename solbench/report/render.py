@@ -5,7 +5,7 @@ from prompt files, error messages from runs' status.json (which may come from so
 into the Markdown through the helpers here, and the HTML page is made from that Markdown by ``to_html``:
 
 - ``neutral(text)``: HTML's special characters as entities (``&``, ``<``, ``>``), newlines folded to spaces, and
-  the text clipped to a bound (``solbench.bounded_text.clip``: '...' and its length), so a 10 MB error message
+  the text clipped to a bound (``solbench.text.bounded_text.clip``: '...' and its length), so a 10 MB error message
   costs a few hundred characters. The writer's own Markdown (``**bold**``, ``code``, links) still works: it has
   none of these characters.
 - ``cell(value)``: a table cell: numbers formatted (``fmt_num``), missing values as ``-``, then ``neutral`` with the

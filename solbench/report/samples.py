@@ -9,7 +9,7 @@ shown, one figure per arm, each grid row labelled with its prompt.
 The row prompts come from the JSON the trainer writes beside each grid (``eval_step_<step>.json``:
 rows, columns, cell size). Grids without one (older runs) get the prompts ``solbench collect`` recorded
 from the run's eval settings (``fact_eval_grid_prompts`` and ``fact_eval_grid_columns`` of runs.parquet,
-solbench.stored_facts: the first ``eval.grid_prompts`` prompts of the first ``eval.n_prompts`` of the eval
+solbench.results.stored_facts: the first ``eval.grid_prompts`` prompts of the first ``eval.n_prompts`` of the eval
 set, ``eval.seeds_per_prompt`` columns); the labels are left off when the image's size does not fit that
 layout, or the collected tables lack them (the caption says which). This and the grids are the report
 inputs read from outside the collected parquet tables.
@@ -29,7 +29,7 @@ from solbench.report.plotting import new_figure
 from solbench.report.registry import Figure, Note, report_kind
 from solbench.report.stored import missing
 from solbench.report.tables import Tables
-from solbench.stored_facts import SCHEMA_COLUMN, grid_prompts
+from solbench.results.stored_facts import SCHEMA_COLUMN, grid_prompts
 
 _STEP_RE = re.compile(r"(\d+)(?!.*\d)")
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")

@@ -1,4 +1,4 @@
-"""The facts recorded with the results (solbench.stored_facts), as the report reads them, and what it says when
+"""The facts recorded with the results (solbench.results.stored_facts), as the report reads them, and what it says when
 results predate them.
 
 The report computes nothing from code: the share of a forward a recipe quantizes, a recipe's format, a model's
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from solbench.stored_facts import FACTS_SCHEMA, PAPER_MODEL_FACTS, SCHEMA_COLUMN
+from solbench.results.stored_facts import FACTS_SCHEMA, PAPER_MODEL_FACTS, SCHEMA_COLUMN
 
 
 def collect_command(spec_arg: str = "SPEC") -> str:

@@ -59,7 +59,7 @@ PHASE_ORDER = ("explore", "select", "regenerate", "rollout", "reward", "train", 
 EVAL_PHASES = ("eval",)
 
 # p_* columns never used to tell arms apart (identity and bookkeeping, not settings), and what a fidelity run
-# measured when it built its explore copy (solbench.fidelity.record_mac_share: it follows from the recipe)
+# measured when it built its explore copy (solbench.fidelity.experiment.record_mac_share: it follows from the recipe)
 _NOT_SETTINGS = {"p_seed", "p_experiment", "p_method", "p_model.name", "p_checkpoint_every", "p_quant.mac_share",
                  "p_quant.quantized_linears", "p_quant.linears"}
 _NOT_SETTING_PREFIXES = ("p_model_identity.",)

@@ -4,7 +4,7 @@ Layout of one run, ``results/<experiment>/<run_id>/``::
 
     spec.json      the resolved RunConfig (written by the launcher)
     env.json       git SHA + dirty flag, package versions, device, host, Slurm ids, threads (launcher);
-                   every attempt's under ``attempts``, the run's numerics setting (solbench.numerics)
+                   every attempt's under ``attempts``, the run's numerics setting (solbench.machine.numerics)
     status.json    pending | running | done | failed (+ traceback) (launcher)
     checkpoints/   step_<step>.pt, atomic, the last two kept (trainer)
     tb/            TensorBoard events (trainer)

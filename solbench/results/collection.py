@@ -1,5 +1,5 @@
 """``collect``: merge the runs of one experiment folder into parquet tables (runs, metrics, timings,
-candidates), with the facts the report needs from code (solbench.stored_facts: each run's on runs.parquet, the
+candidates), with the facts the report needs from code (solbench.results.stored_facts: each run's on runs.parquet, the
 paper models' in paper_model_facts.parquet), and a collect_report.json naming every corrupt line skipped and the
 runs asked for (see solbench.results).
 """
@@ -18,7 +18,7 @@ from typing import Any
 from solbench.results.facts import paper_model_facts, provenance_record, recorded_run_facts
 from solbench.results.storage import CorruptLine, _now, _raise_storage_error, atomic_write_bytes
 from solbench.results.store import TABLE_COLUMNS, RunStore
-from solbench.stored_facts import FACTS_SCHEMA, PAPER_MODEL_FACTS, PROVENANCE_TABLE, SCHEMA_COLUMN
+from solbench.results.stored_facts import FACTS_SCHEMA, PAPER_MODEL_FACTS, PROVENANCE_TABLE, SCHEMA_COLUMN
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -199,7 +199,7 @@ def _write_parquet(frame, path: Path) -> None:
 
 
 def _rate_columns(rates) -> dict[str, Any]:
-    """The runs table's ``rate_*`` columns from a run's cpu_rates.json (solbench.cpu_rates): GFLOP/s of the fp32
+    """The runs table's ``rate_*`` columns from a run's cpu_rates.json (solbench.train.cpu_rates): GFLOP/s of the fp32
     and bf16 GEMMs and of the full-precision and explore forwards; empty when the run measured none."""
     if not isinstance(rates, dict):
         return {}

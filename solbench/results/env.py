@@ -35,7 +35,7 @@ def _package_version(name: str) -> str | None:
 
 def capture_env(repo_dir: str | os.PathLike | None = None, *, cpus=None) -> dict[str, Any]:
     """What produced a run: code version, package versions, device, host and Slurm ids, and with
-    ``cpus`` (a solbench.threads.CpuAllocation) the threads and cores the run was given."""
+    ``cpus`` (a solbench.machine.threads.CpuAllocation) the threads and cores the run was given."""
     repo = Path(repo_dir) if repo_dir else Path(__file__).resolve().parents[2]
     sha = _git(["rev-parse", "HEAD"], repo)
     porcelain = _git(["status", "--porcelain", "--untracked-files=no"], repo)
@@ -79,7 +79,7 @@ def capture_env(repo_dir: str | os.PathLike | None = None, *, cpus=None) -> dict
             env["device"] = "cpu"
             env["device_name"] = platform.processor() or platform.machine()
             env["device_count"] = os.cpu_count()
-    from solbench.cpu import cpu_info
+    from solbench.machine.cpu import cpu_info
 
     env["cpu"] = cpu_info()  # model, native bf16 flags, and what full_dtype auto/native resolve to here
     if cpus is not None:

@@ -1,12 +1,12 @@
 """The facts a report needs from code, computed where code may run: by a run when it starts (its facts.json) and by
-``solbench collect`` from a run's resolved config (spec.json) for runs that predate them; solbench.stored_facts
+``solbench collect`` from a run's resolved config (spec.json) for runs that predate them; solbench.results.stored_facts
 names them and their schema.
 
 - ``run_facts(spec, explores=...)``: one run's facts (the quantized share of its explore forward, its recipe's
   format, its model's default explore recipe, its eval grid's prompts); never raises: what cannot be computed
   here is left empty and said in ``fact_notes``.
 - ``recorded_run_facts(store, spec, explores)``: a run's own facts.json at this schema, else ``run_facts``.
-- ``paper_model_facts()``: the paper models' facts (solbench.paper_models, committed as an asset) as the
+- ``paper_model_facts()``: the paper models' facts (solbench.measure.paper_models, committed as an asset) as the
   table collect writes beside the runs.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from solbench.stored_facts import FACTS_SCHEMA, RUN_FACTS, SCHEMA_COLUMN
+from solbench.results.stored_facts import FACTS_SCHEMA, RUN_FACTS, SCHEMA_COLUMN
 
 FACTS_FILE = "facts.json"
 
@@ -108,10 +108,10 @@ def recorded_run_facts(store, spec: dict, explores: bool) -> dict[str, Any]:
 
 
 def paper_model_facts():
-    """The paper models' facts table (pandas), from the committed asset solbench.paper_models writes."""
+    """The paper models' facts table (pandas), from the committed asset solbench.measure.paper_models writes."""
     import pandas as pd
 
-    from solbench.paper_models import ASSET
+    from solbench.measure.paper_models import ASSET
 
     data = json.loads(ASSET.read_text())
     return pd.DataFrame(data["models"])

@@ -196,7 +196,7 @@ class RunStore:
         """Record the run's state (pending | running | done | failed) with free-form details.
 
         Keys kept from the previous status unless overridden: ``attempt``, ``submitted_at`` and
-        ``numerics`` (the first attempt's numerics setting, solbench.numerics: kept here as well as in
+        ``numerics`` (the first attempt's numerics setting, solbench.machine.numerics: kept here as well as in
         env.json, so that losing one file cannot rewrite it).
         """
         if state not in STATES:

@@ -1,6 +1,6 @@
 """Checks of a spec's ``fidelity:`` block (``FidelityBlock``) against the spec's runs and the registries.
 
-The block runs after training (solbench.fidelity.run_spec_block), so everything it names is checked when the
+The block runs after training (solbench.fidelity.experiment.run_spec_block), so everything it names is checked when the
 spec is expanded: the checkpoint's method, the explore recipes and rewards, and that the explore stage is the
 short one (``explore_steps`` <= ``steps``). Errors name the file, the line and the key.
 """
@@ -14,7 +14,7 @@ from solbench.spec.models import FidelityBlock
 from solbench.spec.registries import Registries
 from solbench.spec.yaml_lines import _dotted, _nearest_line
 
-#: The recipe name that explores in full precision (solbench.fidelity.NO_QUANT: the step-budget-only control).
+#: The recipe name that explores in full precision (solbench.fidelity.experiment.NO_QUANT: the step-budget-only control).
 NO_QUANT = "none"
 
 
@@ -22,10 +22,10 @@ def check_fidelity_block(block: FidelityBlock | None, runs: list, source: str, l
                          registries: Registries) -> None:
     """ConfigError for a fidelity block that could not run. ``runs``: the spec's runs (PlannedRun); every checkpoint
     entry names one of their methods or 'base', and a checkpoint mapping's arm, seeds and steps must be on disk once
-    they are done (solbench.fidelity_plan.entry_problem, which the block's runner plans with)."""
+    they are done (solbench.fidelity.plan.entry_problem, which the block's runner plans with)."""
     if block is None:
         return
-    from solbench.fidelity_plan import entries, entry_method, entry_problem
+    from solbench.fidelity.plan import entries, entry_method, entry_problem
 
     def fail(loc: tuple, message: str) -> None:
         line = _nearest_line(lines, ("fidelity", *loc))

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from solbench.config import RunConfig
 from solbench.errors import ConfigError
 from solbench.spec.yaml_lines import _dotted, _nearest_line
-from solbench.spec_text import NAME_PATTERN  # a leaf module: the report shares it
-from solbench.threads import MAX_THREADS
+from solbench.text.spec_text import NAME_PATTERN  # a leaf module: the report shares it
+from solbench.machine.threads import MAX_THREADS
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 # Set by the spec itself, never by base/methods overrides or the matrix.
@@ -212,7 +212,7 @@ class SweepModel(BaseModel):
 
 class FidelityCheckpoint(BaseModel):
     """One entry of ``fidelity.checkpoint`` as a mapping: checkpoints of a method's runs picked by arm, seed and
-    step (solbench.fidelity.plan_block), e.g. ``{method: sol_rl, steps: [16, 32], seeds: [0, 1, 2]}``."""
+    step (solbench.fidelity.experiment.plan_block), e.g. ``{method: sol_rl, steps: [16, 32], seeds: [0, 1, 2]}``."""
 
     model_config = _STRICT
     method: str
@@ -224,7 +224,7 @@ class FidelityCheckpoint(BaseModel):
 
 class FidelityBlock(BaseModel):
     """A spec's ``fidelity:`` block: the unbiased all-seeds ranking fidelity `solbench run` measures after
-    training (solbench.fidelity.run_spec_block), one fidelity run per explore recipe, results under the
+    training (solbench.fidelity.experiment.run_spec_block), one fidelity run per explore recipe, results under the
     spec's experiment folder."""
 
     model_config = _STRICT
@@ -243,7 +243,7 @@ class FidelityBlock(BaseModel):
 
 
 class SpeedArm(BaseModel):
-    """One arm of a ``speed:`` block as a mapping: a method's main run (solbench.fidelity_plan.arm_runs) with
+    """One arm of a ``speed:`` block as a mapping: a method's main run (solbench.fidelity.plan.arm_runs) with
     settings changed by dotted key, e.g. ``{name: sol_rl_fp_preview, method: sol_rl, set: {quant.recipe: none}}``."""
 
     model_config = _STRICT

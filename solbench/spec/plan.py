@@ -43,7 +43,7 @@ class ExperimentSpec:
     axis_keys: list[str]  # matrix keys in spec order (the columns of `solbench expand`)
     notes: list[str] = field(default_factory=list)  # checks that could not run here, dropped duplicates
     _resolver: "_Resolver | None" = field(default=None, repr=False)
-    fidelity: FidelityBlock | None = None  # the spec's `fidelity:` block (solbench.fidelity.run_spec_block)
+    fidelity: FidelityBlock | None = None  # the spec's `fidelity:` block (solbench.fidelity.experiment.run_spec_block)
     speed: Any = None  # the spec's `speed:` block (solbench.spec.models.SpeedBlock; solbench.speed.run_spec_block)
     # "file:line: key: prompt file ... not found" of the runs' prompt files missing here (refused by expand and run)
     missing_files: list[str] = field(default_factory=list)

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from solbench.bounded_text import decode_text, read_at_most
+from solbench.text.bounded_text import decode_text, read_at_most
 from solbench.errors import ConfigError
 
 
@@ -146,7 +146,7 @@ def load_yaml(path: str | Path) -> tuple[dict, dict[tuple, int]]:
     return data, lines
 
 
-from solbench.spec_text import non_utf8  # noqa: E402,F401  (a leaf module: the report shares it)
+from solbench.text.spec_text import non_utf8  # noqa: E402,F401  (a leaf module: the report shares it)
 
 
 def yaml_error(path: str | Path, err: yaml.YAMLError) -> str:

@@ -15,7 +15,7 @@ only once its line in rounds.jsonl is written (accepted), so a block killed betw
 at the first round without an accepted line: no round is lost or counted twice.
 
 Exclusive: the block holds its folder's lock (one block at a time) and, on CPU, the lock of every core this
-process may use (solbench.threads.claim_cores, the locks training runs claim their cores with), waiting up to
+process may use (solbench.machine.threads.claim_cores, the locks training runs claim their cores with), waiting up to
 ``wait_s`` for other solbench work to free them; each arm then runs at its own ``numerics.threads``, pinned to
 that many of the held cores.
 """
@@ -41,13 +41,13 @@ class QuietMachineError(SolbenchError):
 
 class LoadMeter:
     """Other programs' busy cores on ``cores`` since ``start()``: their busy time from /proc/stat minus this
-    process's CPU time, over the wall time (None where /proc/stat is unreadable), as solbench.timing's load."""
+    process's CPU time, over the wall time (None where /proc/stat is unreadable), as solbench.engine.timing's load."""
 
     def __init__(self, cores: list[int], clock: Callable[[], float] = time.perf_counter) -> None:
         self.cores, self.clock = list(cores), clock
 
     def _busy(self) -> float | None:
-        from solbench.timing import _busy_seconds
+        from solbench.engine.timing import _busy_seconds
 
         return _busy_seconds(self.cores)
 
@@ -85,7 +85,7 @@ def _write_json(path: Path, data: dict) -> None:
 @contextlib.contextmanager
 def exclusive_cores(device: str, wait_s: float, echo=print):
     """Every core this process may use, locked against other solbench runs (waiting up to ``wait_s``); [] on CUDA."""
-    from solbench.threads import available_cores, claim_cores
+    from solbench.machine.threads import available_cores, claim_cores
 
     if device != "cpu":
         yield []
@@ -111,7 +111,7 @@ def _pinned(cores: list[int], threads: int):
     """torch at ``threads`` threads on the first ``threads`` of ``cores`` (all of them where fewer), restored after."""
     import torch
 
-    from solbench.threads import _set_affinity, available_cores
+    from solbench.machine.threads import _set_affinity, available_cores
 
     before, before_threads = available_cores(), torch.get_num_threads()
     try:
@@ -230,7 +230,7 @@ def run_spec_block(spec, results_root: str | Path = "results", *, published: boo
 
     from solbench.launch.locks import run_lock
     from solbench.speed.iteration import ArmRunner
-    from solbench.trainer import resolve_device
+    from solbench.train.trainer import resolve_device
 
     arms = block_arms(spec.runs, block)
     device = resolve_device(arms[0].config.device).type
@@ -269,8 +269,8 @@ def _policy_state(spec, block, results_root) -> list | None:
     """The policy tensors of ``speed.checkpoint``'s run (its final checkpoint), or None for the base model."""
     if block.checkpoint == "base":
         return None
-    from solbench.fidelity_checkpoint import load_checkpoint
-    from solbench.fidelity_plan import arm_runs
+    from solbench.fidelity.checkpoint import load_checkpoint
+    from solbench.fidelity.plan import arm_runs
 
     run = arm_runs(spec.runs, block.checkpoint)[0]
     checkpoint = load_checkpoint(spec.run_dir(results_root, run.run_id))

@@ -1,11 +1,11 @@
 """One real training iteration of a speed arm, timed per phase (the block's unit of work).
 
-An arm's Trainer (solbench.trainer) is built once per process from the arm's config, in a private scratch
+An arm's Trainer (solbench.train.trainer) is built once per process from the arm's config, in a private scratch
 store: the same networks, explore copy (quant.backend resolved here), rollout, rewards and optimizer a run of
 that config has, from the base model (or a checkpoint's policy, the same in every arm). Each call runs one
 ``train_iteration`` at a given step (the step picks the prompts, so every arm of a round draws the same ones) and
 returns the phases its PhaseTimer timed: seconds, precision and load, synchronised on CUDA as for any run
-(solbench.timing). ``published`` builds the model and rewards at their published shapes with random weights, as
+(solbench.engine.timing). ``published`` builds the model and rewards at their published shapes with random weights, as
 ``solbench doctor SPEC --measure`` does (solbench.measure), for a GPU's Table 5 at true shapes.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from solbench.trainer import Trainer
+from solbench.train.trainer import Trainer
 
 
 class _TimedTrainer(Trainer):
@@ -77,7 +77,7 @@ def _published_parts(cfg) -> dict:
     group, world size 1, as solbench doctor --measure measures a method."""
     from solbench.measure.iteration import PROMPTS, _rewards
     from solbench.measure.published import build_adapter
-    from solbench.trainer import resolve_device
+    from solbench.train.trainer import resolve_device
 
     device = resolve_device(cfg.device)
     prompts = Path(tempfile.mkdtemp(prefix="solbench_speed_prompts.")) / "prompts.txt"
@@ -97,6 +97,6 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         return f"{torch.cuda.get_device_name(device)} (sm_{major}{minor})"
-    from solbench.cpu import cpu_model
+    from solbench.machine.cpu import cpu_model
 
     return cpu_model()

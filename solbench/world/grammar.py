@@ -156,7 +156,7 @@ def parse_prompt(text: str) -> Requirements:
         return Requirements(
             skill, (ObjectRequirement(g[0], g[1]), ObjectRequirement(g[3], g[4])), Relation(0, g[2], 1)
         )
-    from solbench.bounded_text import clip_repr  # a prompt from a file of any length: its message stays short
+    from solbench.text.bounded_text import clip_repr  # a prompt from a file of any length: its message stays short
 
     raise PromptParseError(
         f"prompt {clip_repr(text)} is not in the shapes grammar. Accepted forms: 'a <colour> <shape>', "

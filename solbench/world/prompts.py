@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solbench.bounded_text import clip, clip_repr, decode_text, read_at_most
+from solbench.text.bounded_text import clip, clip_repr, decode_text, read_at_most
 from solbench.errors import ConfigError
 
 SPLIT_VERSION = 1  # bump when the split rule or the grammar changes (the files record it)

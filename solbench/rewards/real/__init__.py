@@ -3,7 +3,7 @@
 This package's own file holds their registration and :class:`WeightedSum`; the parts live beside it:
 sources (repositories and files), preprocess (CLIP preprocessing, device and dtype), base
 (:class:`ModelReward`), clip (PickScore, CLIPScore), hpsv2 and imagereward. Loading from the cache is
-solbench.hub's.
+solbench.models.hub's.
 
 Every reward here follows the reward contract of docs/architecture.md: it has ``name``, ``range``,
 ``higher_is_better`` and ``__call__(images [B,3,H,W] float in [0,1], prompts) -> [B] float32 on
@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 
 # the names below stay importable from solbench.rewards.real, as before the package was split
-from solbench.hub import download_command, resolve_file
+from solbench.models.hub import download_command, resolve_file
 from solbench.rewards.real.base import ModelReward
 from solbench.rewards.real.clip import PICKSCORE_DIVISOR, CLIPPreferenceReward, CLIPScoreReward, PickScoreReward  # noqa: F401
 from solbench.rewards.real.hpsv2 import HPSv2Reward, convert_open_clip_state_dict, load_open_clip_as_clip_model

@@ -9,7 +9,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from solbench.hub import from_pretrained_local
+from solbench.models.hub import from_pretrained_local
 from solbench.rewards.real.base import ModelReward
 from solbench.rewards.real.preprocess import CLIP_MEAN, CLIP_STD, clip_preprocess
 from solbench.rewards.real.sources import CLIP_L14, LAION_H14, PICKSCORE_MODEL, WEIGHTS

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from solbench.hub import load_state_dict_file, resolve_file
+from solbench.models.hub import load_state_dict_file, resolve_file
 from solbench.rewards.real.clip import CLIPPreferenceReward
 from solbench.rewards.real.sources import HPS_FILE, HPS_REPO, LAION_H14
 

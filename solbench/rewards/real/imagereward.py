@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from solbench.hub import from_pretrained_local, load_state_dict_file, resolve_file
+from solbench.models.hub import from_pretrained_local, load_state_dict_file, resolve_file
 from solbench.rewards.real.base import ModelReward
 from solbench.rewards.real.preprocess import clip_preprocess
 from solbench.rewards.real.sources import BERT_BASE, IMAGEREWARD_FILE, IMAGEREWARD_MED_CONFIG, IMAGEREWARD_REPO, WEIGHTS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solbench.hub import download_command
+from solbench.models.hub import download_command
 
 PICKSCORE_MODEL = "yuvalkirstain/PickScore_v1"
 LAION_H14 = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"

@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from solbench.distributed import Gathered, cat_rows, take_rows
+from solbench.engine.distributed import Gathered, cat_rows, take_rows
 from solbench.errors import ConfigError
 
 SAMPLER_KINDS = ("euler", "dpm2", "flowgrpo_sde", "flowgrpo_cps", "dance_sde", "awm_sde", "sa_solver")
@@ -101,7 +101,7 @@ class Trajectory:
     """The states a rollout passed through: xs [B, T+1, ...] (xs[:, 0] the noise, xs[:, -1] = x0),
     ts [T+1] the schedule, and for stochastic samplers log_probs [B, T] and means [B, T, ...].
 
-    With several ranks xs, log_probs and means may be spread over the ranks (solbench.distributed
+    With several ranks xs, log_probs and means may be spread over the ranks (solbench.engine.distributed
     ShardedRows) and are gathered when read; ``index`` and ``cat`` keep them spread."""
 
     xs = Gathered()
@@ -350,7 +350,7 @@ def sample(velocity: VelocityFn, x_init: Tensor, sigmas: Tensor, spec: SamplerSp
            noise: NoiseFn | None = None, keep_trajectory: bool = False) -> tuple[Tensor, Trajectory | None]:
     """Integrate from x_init (t = sigmas[0] = 1) to t = 0. Returns (x0 fp32, trajectory or None).
 
-    ``noise(j)`` supplies the standard-normal draw of stochastic step j (solbench.noise.step_noise
+    ``noise(j)`` supplies the standard-normal draw of stochastic step j (solbench.engine.noise.step_noise
     keyed by candidate, so that stochastic rollouts are reproducible too).
     """
     steps = len(sigmas) - 1

@@ -3,7 +3,7 @@ their training gradient, measured by the harness beside the training of every me
 
 At a measured iteration (``eval.explore_gap_every``: iteration 1, every that many iterations and the last; 0, the
 default, measures nothing) the seeds the method trained on are sampled at the other precision as well, with the
-same sampler, prompts and initial noise (solbench.noise: a pure function of run seed, stream, prompt and candidate):
+same sampler, prompts and initial noise (solbench.engine.noise: a pure function of run seed, stream, prompt and candidate):
 
 - naive FP4 trains on its explore-copy samples: their full-precision twins are sampled through the method's
   rollout role (the same role the explore copy mirrors, so the pair differs only by the quantization);
@@ -41,7 +41,7 @@ from contextlib import contextmanager
 import torch
 
 from solbench.method import Batch, Iteration, Method
-from solbench.rollout import Rollout
+from solbench.engine.rollout import Rollout
 
 SPLIT = "explore_gap"
 METRICS = ("x0_rel_dist", "x0_rms", "grad_cos", "grad_norm_ratio", "grad_rel_dist", "n_samples")

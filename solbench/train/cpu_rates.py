@@ -89,7 +89,7 @@ def forward_rates(engine, full_role: str, batch: int) -> dict:
 
 def measure_cpu_rates(engine, full_role: str, batch: int) -> dict:
     """The run's ``cpu_rates.json``: GEMM and forward rates of this CPU at the run's shapes (module docstring)."""
-    from solbench.cpu import cpu_info
+    from solbench.machine.cpu import cpu_info
 
     explore = engine.net("explore")
     shapes = _quantized_shapes(explore)

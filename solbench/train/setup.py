@@ -1,4 +1,4 @@
-"""What the trainer (solbench.trainer) builds a run from, and the pure helpers its loop is scheduled by.
+"""What the trainer (solbench.train.trainer) builds a run from, and the pure helpers its loop is scheduled by.
 
 Building: the device (``resolve_device``), the networks by role with the explore copy of the run's
 quantization recipe (``build_policy_nets``, ``quant_explore_fns``; the standalone fidelity
@@ -6,7 +6,7 @@ experiment builds them the same way), the store as a rank other than 0 sees it (
 and the global seeds. Scheduling: the per-step generators (``_seeded_generator``), the micro-batches
 sharing an optimizer step (``step_group``), the chunk look-ahead and the prompts a sample grid shows
 (``grid_prompt_indices``); the evaluation protocol's sampler and resolution (``eval_sampler``,
-``eval_resolution``). solbench.trainer re-exports every name here.
+``eval_resolution``). solbench.train.trainer re-exports every name here.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from torch import nn
 from solbench.config import RunConfig
 from solbench.errors import ConfigError
 from solbench.method import Chunk
-from solbench.noise import noise_seed
-from solbench.policy import PolicyNets
+from solbench.engine.noise import noise_seed
+from solbench.engine.policy import PolicyNets
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,11 @@ def build_policy_nets(cfg: RunConfig, adapter, roles, *, explore_source: str = "
     With "explore" in ``roles`` the explore copy mirrors ``explore_source`` through ``explore``
     (default: the run's quantization recipe, ``quant_explore_fns(cfg.quant)``). Load a checkpoint
     into the result with ``nets.load_state_dict(state["nets"])`` (which re-syncs the explore copy).
-    Also used by the standalone fidelity experiment (solbench.fidelity).
+    Also used by the standalone fidelity experiment (solbench.fidelity.experiment).
     """
-    from solbench.compile import resolve_compile
+    from solbench.models.compile import resolve_compile
     from solbench.models import default_lora_init
-    from solbench.rollout_copy import choose_rollout_copy
+    from solbench.train.rollout_copy import choose_rollout_copy
 
     factory, sync = (explore or quant_explore_fns(cfg.quant)) if "explore" in roles else (None, None)
     finetune = cfg.finetune
@@ -138,10 +138,10 @@ def build_policy_nets(cfg: RunConfig, adapter, roles, *, explore_source: str = "
 
 def _record_compile_fallbacks(nets: PolicyNets) -> None:
     """rollout.json's ``compile_fallback``: each sampling network whose compiled blocks failed to compile and
-    went back to eager (solbench.compile.on_fallback), with the error; ``nets.rollout_record_changed`` (the
+    went back to eager (solbench.models.compile.on_fallback), with the error; ``nets.rollout_record_changed`` (the
     trainer's rewrite of rollout.json) is called after each entry."""
-    from solbench.compile import on_fallback
-    from solbench.policy import AdapterView
+    from solbench.models.compile import on_fallback
+    from solbench.engine.policy import AdapterView
 
     entries = nets.rollout_record["compile_fallback"] = []
     networks = {}
@@ -168,7 +168,7 @@ def eval_sampler(cfg: RunConfig):
     """The sampler of a run's evaluation: ``eval.sampler`` at ``sampling.eval_steps`` with the protocol's guidance
     and shift (eval.guidance / eval.shift; unset, the run's sampling.guidance / sampling.shift). Its image side is
     ``eval_resolution(cfg)``. solbench.provenance resolves the derived.eval_* settings with the same two."""
-    from solbench.sampling import SamplerSpec
+    from solbench.engine.sampling import SamplerSpec
 
     ev, sampling = cfg.eval, cfg.sampling
     return SamplerSpec(ev.sampler, sampling.eval_steps,

@@ -18,7 +18,7 @@ layers see M = batch rows. ``pad_linear_rows`` pads the rows of every ``nn.Linea
 solbench.quant's QuantLinear) input to at least ``min_rows`` and to a multiple of ``multiple`` with
 zero rows, dropped from the output: every GEMM then runs on a row count that is invariant on both
 kinds of CPU. The padded layers are the cheap ones (M = batch), so the cost is small; the engine
-also pads whole batches to a multiple of 4 (solbench.engine.Engine) for the other ops, reward calls
+also pads whole batches to a multiple of 4 (solbench.engine.engine.Engine) for the other ops, reward calls
 included (a convolution over one image takes another kernel than over several). Modules that call
 their projections as functions, which the hooks cannot see (nn.TransformerEncoderLayer's fused
 inference path in the tiny text encoder), pad whole samples instead (``invariant_batch``).

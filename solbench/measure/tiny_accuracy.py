@@ -18,11 +18,11 @@ def evaluate(model, prompt_set: str = "shapes/heldout", seeds: int = 4, steps: i
     """Strict (GenEval-style) accuracy and graded score per skill, with and without CFG.
 
     `model` is a `solbench.models.tiny.TinyT2I`. Noise comes from the harness's eval stream
-    (solbench.noise, run seed 0), so these samples are the ones a step-0 evaluation of an RL run on
+    (solbench.engine.noise, run seed 0), so these samples are the ones a step-0 evaluation of an RL run on
     this prompt set sees. Overall accuracy is the mean over skills (GenEval's convention);
     `image_accuracy` weights every image equally.
     """
-    from solbench.noise import candidate_noise
+    from solbench.engine.noise import candidate_noise
     from solbench.world.detector import score_images
     from solbench.world.prompts import load_prompt_set
 

@@ -42,7 +42,7 @@ __all__ = ["BlockProfile", "ModelProfile", "PROBES", "PROFILES", "TEXT_TOKENS", 
            "block_bytes", "measure",
            "per_sample_gb", "profile"]
 
-PUBLISHED = Path(__file__).parent / "models" / "published"
+PUBLISHED = Path(__file__).parent / "published"
 PROFILE_FILE = PUBLISHED / "activations.json"
 PROBE_IMAGE_TOKENS = (16, 64)  # probe shapes: image tokens, text tokens (two of each)
 PROBE_TEXT_TOKENS = (8, 24)
@@ -126,7 +126,7 @@ def per_sample_gb(model: str, image_tokens: int, text_tokens: int, *, training: 
         from solbench.errors import ConfigError
 
         raise ConfigError(f"no measured activation profile for model {model!r} in {PROFILE_FILE}; add a PROBES "
-                          "entry and run `python -m solbench.activations`") from None
+                          "entry and run `python -m solbench.models.activations`") from None
 
     def each(quantity: str) -> list[tuple[int, float]]:
         return [(b.count, block_bytes(getattr(b, quantity), prof.width, image_tokens, text_tokens)) for b in prof.blocks]
@@ -185,7 +185,7 @@ def _probe_transformer(model: str) -> tuple[nn.Module, dict]:
     import diffusers
 
     from solbench.config import FinetuneConfig
-    from solbench.policy import PolicyNets
+    from solbench.engine.policy import PolicyNets
 
     spec = _published(model)["components"]["transformer"]
     config = {**spec["config"], **PROBES[model].overrides}
@@ -353,11 +353,11 @@ def _published_count(model: str, kind: str, config: dict) -> int:
 
 
 def write_profiles(models=tuple(PROBES), path: Path = PROFILE_FILE) -> dict:
-    """Measure ``models`` and write the shipped profile file (python -m solbench.activations)."""
+    """Measure ``models`` and write the shipped profile file (python -m solbench.models.activations)."""
     import diffusers
 
     data = {"about": "bf16 widths per token of one block per sample: bytes = 2 * width * (a * image_tokens + "
-                     "b * text_tokens + c); measured by solbench.activations.measure (see its docstring)",
+                     "b * text_tokens + c); measured by solbench.models.activations.measure (see its docstring)",
             "diffusers": diffusers.__version__, "torch": torch.__version__,
             "models": {m: measure(m) for m in models}}
     path.write_text(json.dumps(data, indent=1) + "\n")

@@ -27,9 +27,9 @@ gives it for the source role, and ``sync_explore_copy`` refreshes it after every
 a time (phase "sync"). Without it (``model.rollout_copy: lora``, the CPU default: the embedded
 world's results were made so, and there a merged copy samples only 1.03-1.07x faster,
 benchmarks/lora_rollout.py) rollouts run through the LoRA role. Which one a run takes is decided by
-solbench.rollout_copy (auto: by the doctor's memory model) and written to rollout.json.
+solbench.train.rollout_copy (auto: by the doctor's memory model) and written to rollout.json.
 
-``compile_mode`` compiles the repeated blocks of every sampling network (solbench.compile): the shared
+``compile_mode`` compiles the repeated blocks of every sampling network (solbench.models.compile): the shared
 transformer (every LoRA role), the rollout copy and the explore copy unless it is emulated (its fake
 quantizer checks for NaN on the host, which a compiled graph would break at on every layer).
 """
@@ -133,7 +133,7 @@ class PolicyNets(Mapping):
         explore_factory: module -> its low-precision copy (e.g. solbench.quant.quantized_copy).
         explore_sync: (explore copy, module with the new weights) -> None, refreshing the copy.
         rollout_copy: keep a merged copy of ``explore_source`` for its deterministic rollouts (LoRA only).
-        compile_mode: torch.compile mode of the sampling networks' blocks (solbench.compile); None: eager.
+        compile_mode: torch.compile mode of the sampling networks' blocks (solbench.models.compile); None: eager.
     """
 
     def __init__(self, transformer: nn.Module, finetune: FinetuneConfig, roles: Iterable[str] = (), *,
@@ -328,7 +328,7 @@ class PolicyNets(Mapping):
         """Compile the blocks of every sampling network (one module each, shared LoRA transformer once)."""
         if mode is None:
             return 0
-        from solbench.compile import compile_blocks
+        from solbench.models.compile import compile_blocks
         from solbench.quant.layers import QuantLinear
 
         modules = {id(self.policy): self.policy}

@@ -1,4 +1,4 @@
-"""Which checkpoints a spec's ``fidelity:`` block measures (solbench.fidelity.run_spec_block runs them).
+"""Which checkpoints a spec's ``fidelity:`` block measures (solbench.fidelity.experiment.run_spec_block runs them).
 
 An entry of ``fidelity.checkpoint`` is ``base`` (the base model), a method of the spec (the final checkpoint of
 the lowest-seed run of that method's main arm), or a mapping (``solbench.spec.models.FidelityCheckpoint``)

@@ -1,7 +1,7 @@
 """Which network a run's full-precision rollouts sample through: ``model.rollout_copy`` resolved here.
 
 - ``merged``: a copy of the method's rollout role with its LoRA adapter merged, refreshed after every
-  update (solbench.policy.PolicyNets: the reference's inference copy; its refresh is timed as "sync").
+  update (solbench.engine.policy.PolicyNets: the reference's inference copy; its refresh is timed as "sync").
 - ``lora``: the shared transformer with the role's adapter active (peft's unmerged LoRA).
 - ``auto``: on a CUDA GPU, ``merged`` where the doctor's memory model (solbench.doctor.memory_items with
   the copy's item) says the run fits the GPU, ``lora`` where it does not; on CPU ``lora``, which keeps

@@ -1,19 +1,19 @@
 """The rollout engine: sample candidates at a precision, score them, time every phase.
 
 Methods talk to the model only through an ``Engine``. It owns the machinery a method must not:
-seeded noise (solbench.noise), the sampler loop (solbench.sampling), the choice of network by role
+seeded noise (solbench.engine.noise), the sampler loop (solbench.engine.sampling), the choice of network by role
 and the precision that role runs at, decoding, reward scoring, the explore-copy sync and timing
-(solbench.timing). A method names the phase its work belongs to; the engine measures it and records
+(solbench.engine.timing). A method names the phase its work belongs to; the engine measures it and records
 the images generated and the FLOPs spent.
 
 Roles and precision: the networks live in a mapping by role ("policy", "old", "ema", "reference",
 "explore") that is read on every call, so a role may be re-bound (or implemented lazily, e.g. the
 reference as the policy with LoRA disabled) between calls. Role "explore" runs at precision
 "explore" (the low-precision copy from solbench.quant); every other role at "full" (bf16 on GPUs,
-fp32 on CPU). Each Rollout (solbench.rollout, re-exported here) records the precision role and the dtype
+fp32 on CPU). Each Rollout (solbench.engine.rollout, re-exported here) records the precision role and the dtype
 actually used.
 
-Noise: the initial noise of candidate (prompt id, index) is solbench.noise.candidate_noise in stream
+Noise: the initial noise of candidate (prompt id, index) is solbench.engine.noise.candidate_noise in stream
 ``stream``; the per-step noise of stochastic samplers is keyed by the candidate (not by its initial
 noise, so DanceGRPO's group with one shared initial noise still gets independent SDE noise) in
 stream ``<stream>/sde``. A candidate therefore comes out the same on any batch size, order or rank,
@@ -21,7 +21,7 @@ and a seed explored in FP4 regenerates exactly in full precision. (At full preci
 CPU; an explore copy whose activations have a per-tensor scale, NVFP4's global amax as in TE, also
 depends slightly on which candidates share its GEMM.)
 
-Several ranks (solbench.distributed): every rank makes the same ``sample`` call with the global list
+Several ranks (solbench.engine.distributed): every rank makes the same ``sample`` call with the global list
 of samples and computes its shard; latents and trajectories are gathered when method code reads them
 (and only the rows it selected first: ``Rollout.index`` does not communicate), so every rank sees the
 whole rollout; images stay where they were decoded (``Rollout.image_rows``) and ``score`` gathers
@@ -43,16 +43,16 @@ from dataclasses import replace
 import torch
 from torch import Tensor, nn
 
-from solbench import sampling
-from solbench.batch_invariance import pad_linear_rows
-from solbench.compile import sampling as compiled_sampling
-from solbench.distributed import SINGLE, DistContext, ShardedRows
+from solbench.engine import sampling
+from solbench.models.batch_invariance import pad_linear_rows
+from solbench.models.compile import sampling as compiled_sampling
+from solbench.engine.distributed import SINGLE, DistContext, ShardedRows
 from solbench.errors import ConfigError
 from solbench.models.base import Cond, ModelAdapter, net_dtype
-from solbench.noise import candidate_noise, noise_seed, step_noise
-from solbench.rollout import Rollout, _positions
-from solbench.sampling import SamplerSpec, StepLogProb, Trajectory
-from solbench.timing import PhaseTimer
+from solbench.engine.noise import candidate_noise, noise_seed, step_noise
+from solbench.engine.rollout import Rollout, _positions
+from solbench.engine.sampling import SamplerSpec, StepLogProb, Trajectory
+from solbench.engine.timing import PhaseTimer
 
 __all__ = ["Engine", "Rollout", "SamplerSpec", "StepLogProb", "Trajectory"]
 
@@ -109,9 +109,9 @@ class Engine:
         batch_multiple: every network call is padded (with copies of its last row, dropped after)
             to a multiple of this many rows; default 4 on CPU, 1 elsewhere.
         pad_rows: compute every linear layer on a row count CPU GEMMs are row-invariant for
-            (solbench.batch_invariance); default on CPU unless ``nets`` runs compiled blocks. With the batch padding it makes a
+            (solbench.models.batch_invariance); default on CPU unless ``nets`` runs compiled blocks. With the batch padding it makes a
             candidate's result on CPU bit-identical whatever batch, micro-batch or rank computes it.
-        dist: this process's place among the run's ranks (solbench.distributed); default one process.
+        dist: this process's place among the run's ranks (solbench.engine.distributed); default one process.
     """
 
     def __init__(self, adapter: ModelAdapter, nets: Mapping[str, nn.Module], rewards, timer: PhaseTimer,
@@ -147,7 +147,7 @@ class Engine:
     @contextmanager
     def recording(self) -> Iterator[list[Rollout]]:
         """Keep every rollout sampled inside the block, without its images, in the list it yields (the
-        harness's explore-gap measurement finds the trained samples' seeds there: solbench.explore_gap).
+        harness's explore-gap measurement finds the trained samples' seeds there: solbench.train.explore_gap).
         Nothing sampled changes; the rollouts' latents live until the list goes."""
         self._recorded = recorded = []
         try:
@@ -175,7 +175,7 @@ class Engine:
 
     # -- phases ---------------------------------------------------------------------------------
     def phase(self, name: str, **kw):
-        """Context manager timing the enclosed block as phase ``name`` (see solbench.timing)."""
+        """Context manager timing the enclosed block as phase ``name`` (see solbench.engine.timing)."""
         return self.timer.phase(name, **kw)
 
     # -- model calls ----------------------------------------------------------------------------
@@ -272,7 +272,7 @@ class Engine:
             n_local = len(local_prompts)
             chunk = self.micro_batch or max(n_local, 1)
             out = _RowBuffers(n_local)  # x0 and trajectory rows on the device, images in host memory
-            with torch.no_grad(), compiled_sampling():  # compiled blocks run compiled here (solbench.compile)
+            with torch.no_grad(), compiled_sampling():  # compiled blocks run compiled here (solbench.models.compile)
                 for start in range(0, n_local, chunk):
                     sl = slice(start, start + chunk)
                     cond = self.encode(local_prompts[sl])

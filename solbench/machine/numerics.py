@@ -1,6 +1,6 @@
 """A run's numerics: what, besides its config, changes the numbers it computes, and the record of it.
 
-The thread count is part of the config (``numerics.threads``, solbench.config; solbench.threads applies
+The thread count is part of the config (``numerics.threads``, solbench.config; solbench.machine.threads applies
 it), so how a run is scheduled (in a worker process or in-process, with --workers 1 or 2, on a quiet or
 a busy machine, resumed or not) does not change it. What the config cannot fix is the machine: the
 kernels torch picks depend on the CPU model, torch's CPU capability level and the environment variables
@@ -62,7 +62,7 @@ def differences(recorded: dict[str, Any] | None, now: dict[str, Any], *, wanted_
                 why_threads: str = "") -> list[str]:
     """One entry per setting this attempt does not have, e.g. "threads 2 -> 1 (only 1 core(s) here)".
 
-    ``wanted_threads``: the config's count where it could not be had (solbench.threads.CpuAllocation);
+    ``wanted_threads``: the config's count where it could not be had (solbench.machine.threads.CpuAllocation);
     the threads of ``recorded`` are otherwise not compared (the config sets them, and a record of older
     solbench may hold a count its scheduling picked). Every other recorded field is.
     """

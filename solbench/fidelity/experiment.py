@@ -10,7 +10,7 @@ no training, samples M prompts x N seeds at both precisions from the same candid
 - full: the full-precision network with the full budget (``steps``), as its regenerate stage;
 
 every image scored by every reward (``solbench.report.fidelity_sampling.fidelity_experiment``). The
-networks are built by the trainer's own code (``solbench.trainer.build_policy_nets``, PolicyNets,
+networks are built by the trainer's own code (``solbench.train.trainer.build_policy_nets``, PolicyNets,
 ``quant_explore_fns``) and the checkpoint is loaded by ``PolicyNets.load_state_dict``, so the
 explore copy is exactly the one the run would have explored with.
 
@@ -23,7 +23,7 @@ side by side in one experiment and appear as separate arms of its report.
 
 One job, about 450 lines: a fidelity run from its settings to its stored candidates (``resolve``, ``build_engine``,
 ``sample``, ``run``) and a spec's ``fidelity:`` block as several such runs (``run_spec_block``: settings per entry
-and recipe, worker processes). Which checkpoints a block names is solbench.fidelity_plan's, its validation
+and recipe, worker processes). Which checkpoints a block names is solbench.fidelity.plan's, its validation
 solbench.spec.fidelity_block's, its report solbench.report.fidelity*; the block runner stays here because it is
 ``run`` in a loop over settings, with no state of its own.
 """
@@ -45,8 +45,8 @@ import torch
 
 from solbench.config import DEFAULT_EXPLORE_RECIPES, ModelConfig, NumericsConfig, QuantConfig
 from solbench.errors import ConfigError
-from solbench.fidelity_checkpoint import Checkpoint, load_checkpoint
-from solbench.threads import cpu_allocation
+from solbench.fidelity.checkpoint import Checkpoint, load_checkpoint
+from solbench.machine.threads import cpu_allocation
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
     if recipe is None:
         raise ConfigError(f"--recipe: no default quantization recipe for model {model!r}; name one")
     check_recipe(recipe)
-    from solbench.trainer import resolve_device
+    from solbench.train.trainer import resolve_device
 
     device = resolve_device(settings.device)
     backend = settings.backend or (run.quant.backend if run else ("emulated" if device.type == "cpu" else "te"))
@@ -167,7 +167,7 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
         "quant": {"recipe": recipe, "backend": backend},
         "rewards": rewards,
         "device": settings.device,
-        # the thread count changes the numbers on CPU (solbench.threads): the run's, fixed like any setting
+        # the thread count changes the numbers on CPU (solbench.machine.threads): the run's, fixed like any setting
         "numerics": {"threads": settings.threads or (run.numerics.threads if run else NumericsConfig().threads)},
     }
 
@@ -192,15 +192,15 @@ def run_id_of(spec: dict) -> str:
 def build_engine(spec: dict, checkpoint: Checkpoint | None = None):
     """An Engine whose "policy" is the measured full-precision network and "explore" its low-precision copy.
 
-    With a checkpoint: the run's PolicyNets (``solbench.trainer.build_policy_nets``) with the explore
+    With a checkpoint: the run's PolicyNets (``solbench.train.trainer.build_policy_nets``) with the explore
     copy mirroring ``role``, loaded from the checkpoint (LoRA merged into the explore copy). Without:
     the base model and its quantized copy.
     """
-    from solbench.engine import Engine
+    from solbench.engine.engine import Engine
     from solbench.models import build_adapter
     from solbench.rewards import RewardSet
-    from solbench.timing import PhaseTimer
-    from solbench.trainer import build_policy_nets, quant_explore_fns, resolve_device
+    from solbench.engine.timing import PhaseTimer
+    from solbench.train.trainer import build_policy_nets, quant_explore_fns, resolve_device
 
     device = resolve_device(spec["device"])
     recipe, backend = spec["quant"]["recipe"], spec["quant"]["backend"]
@@ -284,7 +284,7 @@ def checkpoint_role(spec: dict) -> str:
 def sample(spec: dict, engine, *, batch_seeds: int | None = None) -> pd.DataFrame:
     """The candidates table of one fidelity run (``fidelity_experiment`` on the spec's prompts)."""
     from solbench.report.fidelity_sampling import fidelity_experiment
-    from solbench.sampling import SamplerSpec
+    from solbench.engine.sampling import SamplerSpec
     from solbench.world.prompts import load_prompt_set
 
     records = load_prompt_set(spec["prompts"]["set"])
@@ -323,7 +323,7 @@ def run(settings: FidelitySettings, results_root: str | Path = "results", *, for
     started = time.time()
     store.write_status("running", attempt=1, started_at=_now())
     try:
-        # threads as for a training run: its numerics.threads, on claimed cores where free (solbench.threads)
+        # threads as for a training run: its numerics.threads, on claimed cores where free (solbench.machine.threads)
         with cpu_allocation(spec.get("numerics", {}).get("threads", 1),
                             device="cuda" if torch.cuda.is_available() else "cpu") as cpus:
             store.write_json("env.json", capture_env(cpus=cpus))
@@ -370,10 +370,10 @@ def run_spec_block(spec, results_root: str | Path = "results", *, force: bool = 
     """Run the fidelity runs of ``spec.fidelity`` (solbench.spec.FidelityBlock) after training; returns their
     run ids. One run per checkpoint and recipe of the block (default: the checkpoint run's recipe), written to
     ``results/<spec name>/<fidelity run id>/`` beside the training runs, so the experiment's report shows
-    them. The checkpoints (solbench.fidelity_plan): ``base``, a method's main run (its final checkpoint), or a
+    them. The checkpoints (solbench.fidelity.plan): ``base``, a method's main run (its final checkpoint), or a
     mapping naming an arm, run seeds and kept steps. Nothing runs for a checkpoint whose run is not done. Where
     several runs are to be made on CPU, they run side by side, one per core (each claims its cores as a training
-    run does, solbench.threads), as many at once as ``solbench run`` runs training runs."""
+    run does, solbench.machine.threads), as many at once as ``solbench run`` runs training runs."""
     block = spec.fidelity
     if block is None:
         return []
@@ -399,7 +399,7 @@ def _block_workers(n: int) -> int:
     import os
 
     from solbench.launch.local import WORKERS_ENV
-    from solbench.threads import available_cores
+    from solbench.machine.threads import available_cores
 
     if n < 2 or torch.cuda.is_available():
         return 1
@@ -409,8 +409,8 @@ def _block_workers(n: int) -> int:
 
 
 def _block_settings(spec, block, results_root, echo) -> list[FidelitySettings]:
-    """The FidelitySettings of every run the block makes now (solbench.fidelity_plan.plan), each once."""
-    from solbench.fidelity_plan import plan
+    """The FidelitySettings of every run the block makes now (solbench.fidelity.plan.plan), each once."""
+    from solbench.fidelity.plan import plan
     from solbench.results import RunStore
 
     out, seen = [], set()

@@ -3,14 +3,14 @@ split by what an FP4 recipe quantizes, and each model's settings from its real s
 
 The report prices these (solbench/report/cost.py) and must not compute them (it reads stored results alone), so
 they are computed here, once, and written to ``solbench/assets/paper_model_facts.json`` (``python -m
-solbench.paper_models`` rewrites it; tests/test_cost_projection.py fails when it is out of step with this code).
+solbench.measure.paper_models`` rewrites it; tests/test_cost_projection.py fails when it is out of step with this code).
 ``solbench collect`` copies it into each results folder as ``paper_model_facts.parquet``, so a report of those
 results gives the same projection whatever the code does later.
 
 FLOPs per transformer forward (one image), counted as 2 x multiply-adds of the matrix products, the
-convention of ``solbench.flops`` (which counts them with PyTorch's FlopCounterMode on the meta
+convention of ``solbench.models.flops`` (which counts them with PyTorch's FlopCounterMode on the meta
 device). Here they are derived in closed form from the same architecture configs
-(``solbench.flops.REAL_MODELS``) so that they split into
+(``solbench.models.flops.REAL_MODELS``) so that they split into
 
 - ``linear``: projections, MLPs, embedders, modulation and output layers (the layers an NVFP4
   recipe quantizes), and
@@ -28,7 +28,7 @@ tokens, L = L_i + L_t:
   width: ReLU linear attention with the ones-padded value trick), cross-attention
   2 d^2 L_i + 2 d^2 L_t + 2 L_i L_t d, Mix-FFN (GLU with a 3x3 depthwise conv) with hidden
   width m = 2.5 d: 2 m d + 9 * 2 m + m d per token.
-The tests check these against ``solbench.flops`` (FlopCounterMode) to better than 0.5 %.
+The tests check these against ``solbench.models.flops`` (FlopCounterMode) to better than 0.5 %.
 
 Text tokens are the ones each real spec encodes (``model.text_max_length``: FLUX 128, SD3.5-L 77 + 128,
 SANA 300), not the pipelines' maxima: an H200 measured FLUX's 512 px forward at the 128-token count
@@ -42,16 +42,16 @@ import functools
 import json
 from pathlib import Path
 
-from solbench.stored_facts import FACTS_SCHEMA, ForwardFlops, ModelSetting, paper_model_row
+from solbench.results.stored_facts import FACTS_SCHEMA, ForwardFlops, ModelSetting, paper_model_row
 
 #: The real spec whose Sol-RL run each projected model prices (experiments/ of the repository).
 PAPER_SPECS = {"flux": "flux_main.yaml", "sd3": "sd35_main.yaml", "sana": "sana_main.yaml"}
 
 #: The repository's experiments/ folder, where the real specs live.
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 #: The committed facts of the three models (``write_asset``), which collect copies into results.
-ASSET = Path(__file__).resolve().parent / "assets" / "paper_model_facts.json"
+ASSET = Path(__file__).resolve().parents[1] / "assets" / "paper_model_facts.json"
 
 #: ViT-H/14 at 224 px (HPSv2 and PickScore; 632 M parameters, 257 tokens): 2 x parameters x tokens.
 REWARD_TFLOPS = 2 * 632e6 * 257 / 1e12
@@ -124,7 +124,7 @@ def forward_flops(model: str, resolution: int | None = None, recipe: str | None 
     ``text_tokens``: the text tokens the transformer attends to (default: the real spec's, ``spec_settings``;
     FLUX's 128, not the pipeline's 512: measured on an H200, docs/measured/H200.md)."""
     from solbench.errors import ConfigError
-    from solbench.flops import REAL_MODELS
+    from solbench.models.flops import REAL_MODELS
     from solbench.quant.shares import precision_split
 
     if model not in REAL_MODELS:
@@ -156,7 +156,7 @@ def _text_tflops(model: str, length: int) -> float:
 def spec_settings(model: str, experiments: Path = EXPERIMENTS) -> dict:
     """Resolution, text length, explore recipe, sampling steps and trained timesteps of the Sol-RL run of
     ``model``'s real spec (``PAPER_SPECS`` in ``experiments``), resolved as `solbench run` resolves it."""
-    from solbench.activations import transformer_text_tokens
+    from solbench.models.activations import transformer_text_tokens
     from solbench.errors import ConfigError
     from solbench.methods.diffusion_nft import trained_timesteps
     from solbench.models import TEXT_MAX_LENGTH
@@ -184,7 +184,7 @@ def model_setting(model: str, **changes) -> ModelSetting:
     """The ModelSetting of ``model`` (flux | sd3 | sana): spec-derived values plus the sourced constants, and
     its forward's FLOPs. ``changes`` replace settings (resolution, rollout_passes, train_timesteps, ...) before
     the FLOPs are counted, so a changed resolution is a changed forward."""
-    from solbench.flops import vae_decode_flops
+    from solbench.models.flops import vae_decode_flops
 
     spec = spec_settings(model)
     setting = ModelSetting(resolution=spec["resolution"], rollout_passes=ROLLOUT_PASSES[model],
@@ -203,13 +203,13 @@ def paper_models() -> dict[str, ModelSetting]:
 
 
 def facts_rows() -> list[dict]:
-    """The paper-model facts table's rows (solbench.stored_facts.paper_model_row), with each model's real spec."""
+    """The paper-model facts table's rows (solbench.results.stored_facts.paper_model_row), with each model's real spec."""
     return [paper_model_row(model, setting, spec=PAPER_SPECS[model]) for model, setting in paper_models().items()]
 
 
 def write_asset(path: Path = ASSET) -> Path:
     """Write the committed facts (``ASSET``) from this code and the real specs."""
-    data = {"facts_schema": FACTS_SCHEMA, "source": "python -m solbench.paper_models", "models": facts_rows()}
+    data = {"facts_schema": FACTS_SCHEMA, "source": "python -m solbench.measure.paper_models", "models": facts_rows()}
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return path
 

@@ -43,7 +43,7 @@ network's fallback listeners (``on_fallback``; the trainer records it in rollout
 forward raises too propagates from the eager retry, so no model bug is hidden.
 
 Time: ``compile_seconds()`` is the wall time of the compiled calls during which dynamo compiled a
-graph; solbench.timing.PhaseTimer takes it out of the phase it happened in and records it as phase
+graph; solbench.engine.timing.PhaseTimer takes it out of the phase it happened in and records it as phase
 "compile", so rollout phases time the compiled code, not its compilation.
 """
 

@@ -4,7 +4,7 @@ A method is the maths of one RL algorithm: how it gathers its training batch thr
 what loss it minimises. Everything else (timing, seeding, weights, quantization, files, the optimizer,
 gradient clipping and accumulation, EMA, NaN checks, checkpoints, result rows) belongs to the harness.
 
-One iteration, as the trainer (solbench/trainer.py) drives it::
+One iteration, as the trainer (solbench/train/trainer.py) drives it::
 
     it = Iteration(step, stream=f"train/{step}", generator=<seeded from run seed and step>)
     batch = method.collect(engine, prompt_ids, prompts, it)   # engine.sample / engine.score / engine.phase only
@@ -33,7 +33,7 @@ A method declares:
   the engine, e.g. ``{"rollout", "reward"}``). The conformance suite checks that an iteration times
   exactly these, so a new method file needs no test edited.
 
-The engine API a method may use (solbench/engine.py; nothing else of the harness):
+The engine API a method may use (solbench/engine/engine.py; nothing else of the harness):
 
 - ``engine.sample(prompt_ids, prompts, cand_idx, net=role, sampler=SamplerSpec, phase=..., stream=it.stream,
   noise_idx=None, keep_trajectory=False) -> Rollout``: one sample per (prompt id, candidate index) with
@@ -52,7 +52,7 @@ The engine API a method may use (solbench/engine.py; nothing else of the harness
 
 Randomness inside a method (timestep subsets, fresh noise for losses, random selection) comes only
 from ``it.generator``, which the harness seeds from (run seed, step), so runs are reproducible and
-resume exactly. Rollout noise comes from the engine (solbench.noise), keyed by prompt and candidate.
+resume exactly. Rollout noise comes from the engine (solbench.engine.noise), keyed by prompt and candidate.
 
 Registration: built-in methods are the modules of ``solbench.methods`` (methods/ at the repository
 root); outside packages add theirs through the entry-point group ``solbench.methods``

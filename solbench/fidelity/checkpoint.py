@@ -1,6 +1,6 @@
 """The checkpoint `solbench fidelity --checkpoint` measures: ``load_checkpoint`` reads a run's latest checkpoint
 (the one a resume would start from) or a named checkpoint file, with the RunConfig it was trained with, and says
-which step that is and whether the run is finished (``Checkpoint.notes``, printed by solbench.fidelity.run).
+which step that is and whether the run is finished (``Checkpoint.notes``, printed by solbench.fidelity.experiment.run).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from solbench.bounded_text import clip, clip_repr, read_at_most
+from solbench.text.bounded_text import clip, clip_repr, read_at_most
 from solbench.config import RunConfig
 from solbench.errors import ConfigError
 from solbench.results.checkpoint import UnreadableCheckpoint, missing_keys, read_checkpoint

@@ -10,11 +10,11 @@ threads go:
   locks, released by the kernel when a process dies, so a killed run frees its cores), and pins itself
   to them; a local worker process (solbench.launch.local) claims within its share of the cores;
 - where fewer are free (other solbench runs hold them) it runs unpinned on the same thread count: the
-  same numbers, more slowly, and its timings carry the load the others put on its cores (solbench.timing);
+  same numbers, more slowly, and its timings carry the load the others put on its cores (solbench.engine.timing);
 - where the run may use fewer cores than its threads (a small machine, a Slurm task with fewer
   ``--cpus-per-task``) the setting cannot be had without oversubscribing the cores (every OpenMP region
   then waits out a scheduler time slice: issue 17 measured 30-75x slowdowns): it runs one thread per core
-  (source "fewer cores") and its launcher says so in one line and records it (solbench.numerics).
+  (source "fewer cores") and its launcher says so in one line and records it (solbench.machine.numerics).
 
 The allocation is recorded in each run's env.json (``torch_threads``, ``cpu_allocation``), so its timings
 say what they ran on. ``SOLBENCH_THREADS``, which once set the count from outside the spec, is refused
@@ -91,7 +91,7 @@ def _lock_dir_problem(raw: str | None) -> str | None:
                 return None
             what = "is" if path == Path(raw) else f"is under {path}, which is"
             return (f"{LOCK_DIR_ENV}={raw!r} {what} not a folder: it names the folder of the per-core lock files "
-                    "(solbench.threads); point it at a folder or unset it")
+                    "(solbench.machine.threads); point it at a folder or unset it")
     return None
 
 

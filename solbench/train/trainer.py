@@ -7,7 +7,7 @@ networks by role (PolicyNets), the engine and the method, then runs ``cfg.iterat
     batch    <- method.collect(engine, prompts, it)              engine phases: explore/select/regenerate/rollout/reward
     a NaN/inf reward -> NonFiniteLossError (before anything trains on it)
     explore gap (eval.explore_gap_every; runs with an explore copy): the trained seeds sampled at the other
-        precision, sample and loss-gradient distances (solbench.explore_gap); untimed, out of wall_s, training untouched
+        precision, sample and loss-gradient distances (solbench.train.explore_gap); untimed, out of wall_s, training untouched
     for chunk in method.chunks(batch, it):                       phase "train"
         loss <- method.loss(engine, chunk); NaN/inf -> NonFiniteLossError
         backward(loss * chunk.weight / micro-batches per step)
@@ -31,7 +31,7 @@ every method (solbench.provenance checks it).
 Rows go to the run's tables (metrics, timings, candidates) after every iteration, TensorBoard
 scalars to run_dir/tb and a sample grid per evaluation to run_dir/samples.
 
-With ``world_size`` > 1 every rank runs this same loop (solbench.distributed): the engine shards
+With ``world_size`` > 1 every rank runs this same loop (solbench.engine.distributed): the engine shards
 rollouts and gathers latents and rewards, so every rank collects the same global batch; the chunks
 are dealt round-robin over ranks and gradients summed before each optimizer step. Rank 0 alone
 writes rows, checkpoints, TensorBoard and grids; every rank resumes from rank 0's checkpoint. A checkpoint holds
@@ -41,9 +41,9 @@ rows after its step are dropped first, so a resumed run neither loses nor duplic
 
 This module is one class and its entry point (over 500 lines for that reason): ``Trainer`` is the
 training loop, whose methods share one run's state (step, optimizer, engine, store); the set-up it
-builds a run from and the pure helpers of its schedule are in solbench.trainer_setup, re-exported
+builds a run from and the pure helpers of its schedule are in solbench.train.setup, re-exported
 here, and the measurements it hosts without owning them are modules of their own (the explore gap,
-solbench.explore_gap; this CPU's rates, solbench.cpu_rates; checkpoint contents, solbench.results.checkpoint):
+solbench.train.explore_gap; this CPU's rates, solbench.train.cpu_rates; checkpoint contents, solbench.results.checkpoint):
 the class keeps only the call and the record.
 """
 
@@ -63,15 +63,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from solbench import explore_gap
+from solbench.train import explore_gap
 from solbench.config import RunConfig
-from solbench.distributed import DistContext, init_distributed
-from solbench.engine import Engine
+from solbench.engine.distributed import DistContext, init_distributed
+from solbench.engine.engine import Engine
 from solbench.errors import ConfigError, NonFiniteLossError
 from solbench.method import Batch, Chunk, Iteration, Method, RunInfo, get_method, validate_method_config
 from solbench.results.checkpoint import missing_keys, rng_state, set_rng_state
-from solbench.timing import PhaseTimer
-from solbench.trainer_setup import (ExploreFns, FollowerStore, _lookahead, _seed_everything, _seeded_generator,
+from solbench.engine.timing import PhaseTimer
+from solbench.train.setup import (ExploreFns, FollowerStore, _lookahead, _seed_everything, _seeded_generator,
                                     build_policy_nets, eval_resolution, eval_sampler, grid_prompt_indices,
                                     quant_explore_fns, resolve_device, step_group)
 
@@ -92,7 +92,7 @@ def train_run(cfg: RunConfig, store, *, progress=None) -> dict:
     """Run (or resume) one training run; returns a summary dict (final eval metrics, step, wall_s).
 
     With ``cfg.world_size`` > 1 this process must be one of that many ranks (torchrun or Slurm
-    tasks); see solbench.distributed.
+    tasks); see solbench.engine.distributed.
     """
     dist = init_distributed(cfg.world_size, resolve_device(cfg.device).type)
     try:
@@ -158,12 +158,12 @@ class Trainer:
             self.store.write_json("explore.json", self.nets.explore_backend.record())
         from solbench.results.facts import FACTS_FILE, run_facts
 
-        # what a report needs from code, fixed now (solbench.stored_facts): collect reads it, not this code later
+        # what a report needs from code, fixed now (solbench.results.stored_facts): collect reads it, not this code later
         if self.dist.is_main:
             self.store.write_json(FACTS_FILE, run_facts(cfg.to_dict(), explores=uses_explore))
         if getattr(self.nets, "rollout_record", None) is not None:  # rollout path and compilation (issue 40)
             self.store.write_json("rollout.json", self.nets.rollout_record)
-            # rewritten when compiled sampling falls back to eager (its compile_fallback, solbench.compile)
+            # rewritten when compiled sampling falls back to eager (its compile_fallback, solbench.models.compile)
             self.nets.rollout_record_changed = lambda: self.store.write_json("rollout.json", self.nets.rollout_record)
         self.timer = PhaseTimer()
         # One instance per reward name, shared by the training sum and evaluation (one copy of each
@@ -235,13 +235,13 @@ class Trainer:
 
     def _record_cpu_rates(self) -> None:
         """On CPU, for a method with an explore copy: this CPU's GEMM and forward rates at the run's shapes, in
-        cpu_rates.json (solbench.cpu_rates; the report predicts Table 5 from them). Private random inputs: the
+        cpu_rates.json (solbench.train.cpu_rates; the report predicts Table 5 from them). Private random inputs: the
         run's numbers do not depend on it."""
         cls = type(self.method)
         if self.device.type != "cpu" or "explore" not in cls.nets or not self.dist.is_main \
                 or self.step >= self.cfg.iterations:
             return
-        from solbench.cpu_rates import cached_cpu_rates
+        from solbench.train.cpu_rates import cached_cpu_rates
 
         n = getattr(self.method.config, "n", None) or 1
         batch = self.micro_batch["rollout"] or self.cfg.prompts_per_iter * n

@@ -9,7 +9,7 @@ process's cores other programs kept busy during the span, on average (their busy
 readable): the report flags timings measured under contention.
 
 Phase names used across solbench: explore, select, regenerate, rollout, reward, train, sync, eval, and
-compile: the time compiled forwards spent compiling (solbench.compile.compile_seconds) is taken out of
+compile: the time compiled forwards spent compiling (solbench.models.compile.compile_seconds) is taken out of
 the phase it happened in and recorded after it as a "compile" row of its own.
 """
 
@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from solbench.compile import compile_seconds
-from solbench.threads import cpu_times
+from solbench.models.compile import compile_seconds
+from solbench.machine.threads import cpu_times
 
 PHASES = ("explore", "select", "regenerate", "rollout", "reward", "train", "sync", "eval", "compile")
 

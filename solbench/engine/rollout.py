@@ -1,10 +1,10 @@
-"""``Rollout``: B generated samples of one engine call (solbench.engine) and everything needed to score,
+"""``Rollout``: B generated samples of one engine call (solbench.engine.engine) and everything needed to score,
 select, regenerate and train on them: prompts, candidate indices, noise seeds, the precision and dtype
 that ran, final latents, decoded images, the trajectory and the rewards.
 
 With several ranks the latents are gathered on first read (``Gathered``), only the rows a method
 selected (``index`` does not communicate), and each rank keeps the images it decoded
-(``image_rows``). solbench.engine re-exports ``Rollout``.
+(``image_rows``). solbench.engine.engine re-exports ``Rollout``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from solbench.distributed import Gathered, cat_rows, take_rows
-from solbench.sampling import SamplerSpec, Trajectory
+from solbench.engine.distributed import Gathered, cat_rows, take_rows
+from solbench.engine.sampling import SamplerSpec, Trajectory
 
 __all__ = ["Rollout"]
 

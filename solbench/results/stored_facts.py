@@ -7,7 +7,7 @@ paper models' FLOPs per phase and precision, text tokens and trained timesteps) 
 
 - ``RUN_FACTS``: columns of runs.parquet, one value per run, with ``facts_schema``;
 - ``PAPER_MODEL_FACTS``: ``paper_model_facts.parquet``, one row per model of the paper's Table 5 (the cost
-  projection's inputs, solbench.paper_models), with ``facts_schema``;
+  projection's inputs, solbench.measure.paper_models), with ``facts_schema``;
 - ``PROVENANCE_TABLE``: ``provenance.parquet``, the deviations of the experiment's provenance table, and its
   summary in collect_report.json (``provenance``).
 
@@ -65,14 +65,14 @@ class ModelSetting:
     """What one model's Table 5 iteration runs besides the counts shared by all three (the report's PaperSetting).
 
     Resolution, text length, recipe and trained timesteps come from the model's real spec; every other value is
-    sourced in docs/reports.md, "Cost projection" (solbench.paper_models computes them)."""
+    sourced in docs/reports.md, "Cost projection" (solbench.measure.paper_models computes them)."""
 
     resolution: int  # px: the real spec's (and the public config's) resolution
     rollout_passes: int  # transformer forwards per sampling step (2 = classifier-free guidance)
     train_timesteps: int  # trained timesteps per trained sample: trained_timesteps(steps, timestep_fraction)
     text_tflops: float  # text encoders, per prompt (encoded once per prompt and reused by its candidates)
     text_tokens: int  # text tokens the transformer attends to (the real spec's text_max_length; SD3: + 77)
-    vae_tflops: float  # VAE decoding of one image at ``resolution`` (solbench.flops.vae_decode_flops)
+    vae_tflops: float  # VAE decoding of one image at ``resolution`` (solbench.models.flops.vae_decode_flops)
     reward_tflops: float  # one reward-model call per image
     recipe: str = ""  # the NVFP4 recipe of the explore copy ("": the real spec's)
     flops: ForwardFlops | None = None  # one forward at ``resolution`` and ``text_tokens``, split by precision

@@ -1,0 +1,3 @@
+"""Text from outside the program, bounded where it is read and printed (bounded_text.py), and what is known of a
+spec file's text without the spec code (spec_text.py). A leaf stage: it imports nothing of solbench.
+"""
