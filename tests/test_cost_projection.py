@@ -1,6 +1,6 @@
 """The report's cost projection against the paper's Table 5 (solbench/report/cost.py, docs/reports.md
 "Cost projection"), and the per-model inputs it relies on checked at their source: the NVFP4 share counted layer
-by layer with the rule quantized_copy applies (solbench/quant/shares.py), resolution, recipe and trained
+by layer with the rule quantized_copy applies (solbench/models/shares.py), resolution, recipe and trained
 timesteps from each model's real spec, VAE FLOPs from the FLOP counter."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_quantized_share_is_the_recipe_rule_layer_by_layer():
     reference keeps a Linear in BF16 when max(in, out) <= min_dim: SANA's square 2240 x 2240 layers were counted
     as NVFP4, and FLUX's proj_out (3072 -> 64: max 3072 > 1000) was kept in BF16. And the projection counted
     SANA-1.5, whose Conv2d feed-forward no recipe quantizes, instead of the linear-FFN SANA 1.0 Sol-RL trains."""
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
 
     flux = dict((layer.name, q) for layer, q in precision_split("flux", "nvfp4_flux", resolution=512, backend="te").layers)
     assert flux["proj_out"] and flux["single_transformer_blocks.0.proj_out"]
@@ -160,7 +160,7 @@ def test_a_runs_projected_clock_prices_its_forward_at_the_runs_text_length():
 
     import pandas as pd
 
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
     from solbench.report.clock import projected_seconds, run_shares
     from solbench.report.hardware import get_hardware
     from solbench.results.facts import run_facts

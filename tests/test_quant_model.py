@@ -301,7 +301,7 @@ def test_a_size_threshold_per_width_binds_to_the_model_it_is_applied_to(tmp_path
     """
     from solbench.models.tiny import TinyT2I, TinyT2IConfig, save_tiny
     from solbench.quant import recipe_for_model
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
 
     tiny, tiny_flux = get_recipe("nvfp4_tiny"), get_recipe("nvfp4_tiny_flux")
     assert (tiny.min_dim, tiny.min_dim_per_width) == (0, 1.0)

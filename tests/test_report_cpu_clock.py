@@ -75,7 +75,7 @@ def test_prediction_from_the_cpus_rates_matches_a_hand_computation(tmp_path):
     """The predicted ratios price each counted phase at the CPU's rates. Catches explore FLOPs priced at the fp32
     rate (no prediction of a speedup), every explore FLOP at the bf16 rate in the GEMM profile (the recipe's share
     ignored), uncounted phases priced, or a ratio inverted. nvfp4_tiny_flux quantizes the share q of a forward."""
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
 
     q = precision_split("tiny", "nvfp4_tiny_flux", backend="te").quantized_share
     tables = _tables(tmp_path, "pred", "cpu_bf16")

@@ -200,7 +200,7 @@ def test_projected_clock_matches_hand_counted_flops(tmp_path):
     single = 2 * 256 * 768 + 2 * 74 * 256 * 1024
     q = 2 * (double + single) / (473661440 + 4 * 2 * 74 * 74 * 256 * 2)
     per_iter = 9e12 * (q / 9e15 + (1 - q) / 2.25e15) / 0.4 + (2e12 + 5e12) / (2.25e15 * 0.4)
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
     from solbench.report.curves import curve_table
 
     split = precision_split("tiny", "nvfp4_tiny")

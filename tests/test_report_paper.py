@@ -62,7 +62,7 @@ def test_config_arithmetic_rows_are_projections_never_reproduced(findings):
     e2e = projected[projected["claim"].str.contains("E2E")].iloc[0]
     # hand-counted: naive 16e9 + 6e9 FLOPs at BF16; Sol-RL 9.6e9 explore (47.7 % at NVFP4: nvfp4_tiny on the shipped
     # width-256 model, tests/test_report_findings.py) + 4e9 + 6e9 at BF16
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
 
     q = precision_split("tiny", "nvfp4_tiny").quantized_share
     naive = 22e9 / 2.25e15
@@ -95,7 +95,7 @@ def test_table1_at_equal_projected_time_interpolates_at_the_budget_both_reached(
     iteration DiffusionNFT costs 10e9 FLOPs at BF16 and Sol-RL 9.6e9 (45 % NVFP4) + 10e9, so at DiffusionNFT's
     final clock Sol-RL has run fewer iterations: its per-sample scores are read there, linearly between its
     evaluations at steps 6 and 12 (the same prompts and seeds)."""
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
 
     q = precision_split("tiny", "nvfp4_tiny").quantized_share
     per_nft = 10e9 / (2.25e15 * 0.4)

@@ -187,12 +187,12 @@ def test_results_that_predate_the_facts_get_one_line_naming_the_collect_that_add
 
 
 def test_collect_records_the_facts_and_brings_old_results_up_to_date(tmp_path):
-    """collect derives each run's facts from its spec.json (the share computed as solbench.quant.shares does, the
+    """collect derives each run's facts from its spec.json (the share computed as solbench.models.shares does, the
     recipe's format, the default recipe, the grid prompts) unless the run recorded them itself (facts.json, which
     wins), and copies the paper models' facts. Catches a re-collect that leaves old results without facts, the run's
     own record overridden by today's code, and a share computed for a run that explored nothing."""
     from solbench.config import RunConfig
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
     from solbench.results import RunStore, collect
     from solbench.results.facts import FACTS_FILE, run_facts
 
@@ -233,7 +233,7 @@ def test_collect_records_the_facts_and_brings_old_results_up_to_date(tmp_path):
 def test_a_tiny_run_on_random_or_shipped_weights_records_the_shipped_architectures_share():
     """`model.path: random` (the test specs') and `pretrained` build the shipped tiny architecture. Catches the share
     looked up in a folder named "random" (no such file: the run left out of the projected clock)."""
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
     from solbench.results.facts import run_facts
 
     shipped = precision_split("tiny", "nvfp4_tiny_flux", backend="te").quantized_share

@@ -109,7 +109,7 @@ def test_reward_and_time_is_a_multi_objective_study_and_the_report_draws_its_par
     training's 1e9 at BF16, on one B200 at 40 %. Reward and time both grow with n, so every cell is on the front."""
     objective = "objective: {kind: reward_and_time, metric: shapes_geneval, hardware: B200, mfu: 0.4}"
     spec = load_spec(make_spec(tmp_path, "pareto", "{n: {choices: [4, 8, 16]}, k: {choices: [2]}}", 3, objective))
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
     from solbench.report import write_report
     from solbench.results import collect
     from solbench.sweep import Sweep

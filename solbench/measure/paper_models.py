@@ -120,12 +120,12 @@ def forward_flops(model: str, resolution: int | None = None, recipe: str | None 
                   text_tokens: int | None = None) -> ForwardFlops:
     """Closed-form FLOPs of one forward of a real model (``flux`` | ``sd3`` | ``sana``) for one image, with
     the part ``recipe`` quantizes (default: the recipe of the model's real spec, ``spec_settings``) counted
-    layer by layer by ``solbench.quant.shares.precision_split`` on TransformerEngine's backend.
+    layer by layer by ``solbench.models.shares.precision_split`` on TransformerEngine's backend.
     ``text_tokens``: the text tokens the transformer attends to (default: the real spec's, ``spec_settings``;
     FLUX's 128, not the pipeline's 512: measured on an H200, docs/measured/H200.md)."""
     from solbench.errors import ConfigError
     from solbench.models.flops import REAL_MODELS
-    from solbench.quant.shares import precision_split
+    from solbench.models.shares import precision_split
 
     if model not in REAL_MODELS:
         raise ConfigError(f"no architecture config for model {model!r}; known: {', '.join(REAL_MODELS)}")

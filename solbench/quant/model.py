@@ -296,7 +296,7 @@ def recipe_for_model(recipe: Union[str, QuantRecipe], model: nn.Module) -> Quant
 
 def quantizes(recipe: QuantRecipe, name: str, module) -> bool:
     """Whether `recipe` replaces the nn.Linear `name` by a quantized layer: the one rule `quantized_copy`
-    applies and the cost projections count with (solbench.quant.shares). ``module`` needs only
+    applies and the cost projections count with (solbench.models.shares). ``module`` needs only
     ``in_features`` and ``out_features``."""
     if recipe.skip_reason(name, module) is not None:
         return False

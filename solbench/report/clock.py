@@ -4,7 +4,7 @@ Every timing row carries the FLOPs its phase counted (``timings.flops``; solbenc
 clock of a run at step s is the sum, over its training iterations 1..s and their phases with a count
 (evaluation excluded), of flops / (peak x mfu). Full-precision phases run at the profile's BF16 peak.
 Explore-precision phases run at the precision each FLOP really ran at: the share q of a forward's FLOPs
-that the run's recipe quantizes (recorded with the results, ``fact_quantized_share``: solbench.quant.shares of
+that the run's recipe quantizes (recorded with the results, ``fact_quantized_share``: solbench.models.shares of
 the run's model, resolution and ``quant.recipe``, the rule ``quantized_copy`` applies) at the low-precision peak
 (NVFP4 on B200, FP8 on H100), the rest (attention products, the layers the recipe keeps) at BF16
 (``solbench.report.hardware.HARDWARE``, options ``hardware`` and ``mfu``). It is a PROJECTION, never a

@@ -6,7 +6,7 @@ the measured ratios check them. The rates come from the runs (``cpu_rates.json``
 collected as ``rate_*`` columns; the median over the runs that measured them) in two profiles:
 
 - **GEMM rates**: full-precision FLOPs at the fp32 GEMM rate; explore FLOPs at the share the recipe
-  quantizes (solbench.quant.shares) at the bf16 GEMM rate, the rest at fp32: what a FLOP-count
+  quantizes (solbench.models.shares) at the bf16 GEMM rate, the rest at fp32: what a FLOP-count
   projection assumes (the B200 rows are this at NVFP4 and BF16 peaks);
 - **forward rates**: full-precision FLOPs at the rate of a whole full-precision forward, explore FLOPs at
   the rate of a whole explore forward (input quantizer, attention, norms and activations included).

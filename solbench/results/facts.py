@@ -57,9 +57,9 @@ def run_facts(spec: dict, *, explores: bool) -> dict[str, Any]:
 
 
 def _quantized_share(model: str, recipe: str, settings: dict) -> float:
-    """solbench.quant.shares' share on TransformerEngine's backend (the hardware a projection prices), at the
+    """solbench.models.shares' share on TransformerEngine's backend (the hardware a projection prices), at the
     run's resolution, weights and text length (a real model's prompts at model.text_max_length)."""
-    from solbench.quant.shares import precision_split, run_text_tokens
+    from solbench.models.shares import precision_split, run_text_tokens
 
     resolution, length, path = settings.get("resolution"), settings.get("text_max_length"), settings.get("path")
     if model == "tiny" and path in ("pretrained", "random"):  # the shipped architecture (solbench.models._build_tiny)

@@ -28,7 +28,7 @@ SCHEMA_COLUMN = "facts_schema"
 RUN_FACTS = {
     "fact_quantized_share": "share of one explore forward's FLOPs the run's recipe quantizes on TransformerEngine's "
                             "backend (the hardware a projection prices), at the run's model, resolution and text "
-                            "length (solbench.quant.shares); empty for runs that explore nothing",
+                            "length (solbench.models.shares); empty for runs that explore nothing",
     "fact_explore_format": "the explore recipe's number format (nvfp4, mxfp4, fp8, fp8_e5m2; none: full precision)",
     "fact_default_explore_recipe": "the model's default explore recipe (solbench.config.DEFAULT_EXPLORE_RECIPES)",
     "fact_eval_grid_prompts": "JSON list: the prompts of the eval grid's rows, in order",
@@ -48,7 +48,7 @@ class ForwardFlops:
     """FLOPs of one transformer forward for one image, split by what an FP4 recipe quantizes.
 
     ``quantized``: the FLOPs of the nn.Linear layers the model's NVFP4 recipe swaps for TransformerEngine
-    linears, counted per layer by ``solbench.quant.shares`` with the rule ``quantized_copy`` applies
+    linears, counted per layer by ``solbench.models.shares`` with the rule ``quantized_copy`` applies
     (None: not known; then all of ``linear``)."""
 
     linear: float

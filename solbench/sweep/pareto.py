@@ -7,7 +7,7 @@
 2. its PROJECTED GPU seconds per training iteration: the median over its training iterations of the
    counted FLOPs of every phase at the rate of the precision each FLOP ran at, on one GPU of the objective's
    ``hardware`` at utilisation ``mfu`` (solbench/report/clock.py ``projected_seconds``, with the share of an
-   explore forward the run's recipe quantizes from ``solbench.quant.shares``). A projection, not a
+   explore forward the run's recipe quantizes from ``solbench.models.shares``). A projection, not a
    measurement: on CPU the measured clock says nothing about FP4 hardware.
 
 Optuna keeps the Pareto front (``study.best_trials``); ``solbench sweep`` exports it as the ``pareto``
@@ -31,7 +31,7 @@ DIRECTIONS = ("maximize", "minimize")
 def projected_iteration_seconds(timing_rows: Iterable[Mapping[str, Any]], config, *, hardware: str = "B200",
                                 mfu: float = 0.4) -> float:
     """Median over training iterations of a run's PROJECTED GPU seconds (see the module docstring)."""
-    from solbench.quant.shares import precision_split, run_text_tokens
+    from solbench.models.shares import precision_split, run_text_tokens
     from solbench.report.clock import projected_seconds
     from solbench.report.hardware import get_hardware
     from solbench.report.tables import EVAL_PHASES
