@@ -19,7 +19,7 @@ from solbench.config import RunConfig
 from solbench.speed.arms import Arm, round_order
 from solbench.speed.block import ROUNDS, ROWS, QuietMachineError, read_rounds, run_rounds
 from solbench.results.speed_rows import speed_table
-from solbench.speed.stats import paired_ratios, ratio_interval, round_power, round_seconds
+from solbench.report.speed_stats import paired_ratios, ratio_interval, round_power, round_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
-"""A sweep cell is R run seeds (solbench/sweep/cell.py, runner.py): the trial's value is the seeds' mean, each
-seed's value, the cell's interval (seeds crossed with eval prompts) and its measured seconds per iteration are kept
-in the trial and in trials.parquet, and the pruner decides on the mean of the seeds' intermediate values.
+"""A sweep cell is R run seeds (solbench/report/sweep_cell.py, solbench/sweep/runner.py): the trial's value is the
+seeds' mean, each seed's value, the cell's interval (seeds crossed with eval prompts) and its measured seconds per
+iteration are kept in the trial and in trials.parquet, and the pruner decides on the mean of the seeds' intermediate values.
 
 Trials run ``_sweep_runfns.seeded_cell_run``: a run's eval reward is (n/16 + k/100 + SEED_EFFECT[seed]) * step /
 iterations with seed effects -0.3, +0.15, +0.15 (mean zero: a cell's mean is n/16 + k/100, while its seed 0 alone is

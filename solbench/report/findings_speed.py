@@ -144,7 +144,7 @@ def _declared_ratio_power(f: Finding, base, target, kind: str, model: str) -> Fi
     """The training clock's power (run seeds of two arms, ``stats.ratio_power``) toward the paper's ratio, not the
     observed one (which would make the power cell circular)."""
     from solbench.report.stats import ratio_power
-    from solbench.speed.stats import PAPER_RATIOS
+    from solbench.report.speed_stats import PAPER_RATIOS
 
     paper = dict(zip(("rollout", "E2E"), PAPER_RATIOS.get(model, PAPER_RATIOS["flux"])))[kind]
     f.mde, f.seeds_needed = ratio_power(base, target, paper - 1.0)
@@ -161,7 +161,7 @@ def _block_findings(tables: Tables, model: str) -> dict[str, Finding]:
     the round-to-round spread against a declared target (the block's, else the paper's ratio), never the observed
     one. {} where the block has no eager Sol-RL and baseline arms."""
     from solbench.report.speed_block import block_ratios, speed_rows
-    from solbench.speed.stats import PAPER_RATIOS, round_power
+    from solbench.report.speed_stats import PAPER_RATIOS, round_power
 
     if model not in set(tables.done_runs["model"].astype(str)) and not tables.done_runs.empty:
         return {}

@@ -10,7 +10,7 @@ them:
   (solbench.report.paired), at the read-out iteration (``report.readout_iteration``; else the last common one);
 - FP4's own speed (a primary): twin / Sol-RL seconds per iteration, measured: from the spec's speed block where the
   results hold it (speed.parquet, solbench.speed: the twin arm, Sol-RL on recipe none, and Sol-RL's, eager, paired
-  within each round, the t interval over rounds of the mean log ratio, solbench.speed.stats), else from the training
+  within each round, the t interval over rounds of the mean log ratio, solbench.report.speed_stats), else from the training
   runs' own timings (median per run after warm-up, quiet runs only, a t interval of the log ratio over run seeds);
 - the decomposition, naive BF16 scaling -> twin (preview steps and regeneration) -> Sol-RL (the copy's precision):
   each step's quality difference at the read-out iteration and its measured and PROJECTED speed ratio, as rows
@@ -156,7 +156,7 @@ def speed_block_ratio(tables: Tables):
     """(ratio, lo, hi, df, covers, detail) of the speed block's twin arm (method sol_rl, recipe none, eager) over its
     Sol-RL arm (method sol_rl, another recipe, eager), paired within rounds; None where the block has no such pair."""
     from solbench.report.speed_block import speed_rows
-    from solbench.speed.stats import paired_ratios, ratio_interval, round_seconds
+    from solbench.report.speed_stats import paired_ratios, ratio_interval, round_seconds
 
     rows = speed_rows(tables)
     if rows.empty or not {"arm", "method", "recipe", "variant"} <= set(rows):

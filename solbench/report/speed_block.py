@@ -1,7 +1,7 @@
 """The speed block in the report: Table 5 timed alone on the machine (solbench.speed), read from speed.parquet.
 
 ``block_ratios`` gives, per arm and sampling variant of the latest block, the paired ratio over rounds against
-the baseline arm (solbench.speed.stats); ``speed_block`` is the report section: each arm's seconds per iteration,
+the baseline arm (solbench.report.speed_stats); ``speed_block`` is the report section: each arm's seconds per iteration,
 its paired ratio with the interval over rounds, the rounds accepted and repeated, the load, the CPU or GPU and
 the backend, and the ratio of the rounds where the baseline ran first beside those where it did not (the order
 effect the rotation cancels).
@@ -22,7 +22,7 @@ SPEED_TABLE = "speed.parquet"
 
 def speed_rows(tables: Tables) -> pd.DataFrame:
     """The latest block's rows (empty where no block ran)."""
-    from solbench.speed.stats import latest_block
+    from solbench.report.speed_stats import latest_block
 
     path = tables.results_dir / SPEED_TABLE
     if not path.exists():
@@ -43,7 +43,7 @@ def baseline_arm(rows: pd.DataFrame, baseline_method: str) -> str | None:
 def block_ratios(tables: Tables) -> pd.DataFrame:
     """Per (arm, variant): rounds, the paired rollout and E2E ratios over rounds (geometric mean, t interval, sd of
     the log ratio), and what the arm ran on; empty where no block ran or it has no baseline arm."""
-    from solbench.speed.stats import paired_ratios, ratio_interval, round_seconds
+    from solbench.report.speed_stats import paired_ratios, ratio_interval, round_seconds
 
     rows = speed_rows(tables)
     if rows.empty:

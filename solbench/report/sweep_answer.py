@@ -47,7 +47,7 @@ def front_mask(reward: pd.Series, seconds: pd.Series) -> list[bool]:
 
 def budget_rewards(tables: Tables, cells: pd.DataFrame, info: dict) -> tuple[pd.DataFrame, float]:
     """(per cell: reward at the equal measured budget B with a t interval over its runs, B in seconds)."""
-    from solbench.sweep.curve import metric_curve, reward_at_budget
+    from solbench.report.sweep_curve import metric_curve, reward_at_budget
 
     m = tables.metrics
     curves: dict[str, list] = {}

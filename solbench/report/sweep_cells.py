@@ -6,7 +6,7 @@ table's ``run_ids``), and a cell asked twice pools its trials' runs. From the co
 ``eval_sample``) of the objective's metric at each run's last evaluation: a matrix [runs, eval prompts] of per-prompt
 means (over eval seeds) and the crossed interval of its grand mean (``stats.crossed_interval``: run seeds crossed with
 eval prompts, both random; one run: a t interval over its eval prompts, which covers the prompts only). Each cell's
-MEASURED seconds per training iteration come from its own runs' clock (solbench/sweep/cell.py
+MEASURED seconds per training iteration come from its own runs' clock (solbench/report/sweep_cell.py
 ``measured_iteration_seconds``), with a t interval over its runs.
 
 The best set: every cell is compared with the top cell (highest mean), paired on the same run seeds and eval prompts
@@ -61,7 +61,7 @@ def _run_ids(group: pd.DataFrame) -> list[str]:
 
 def run_seconds(tables: Tables, run_id: str) -> float:
     """A run's MEASURED seconds per training iteration (its own clock)."""
-    from solbench.sweep.cell import measured_iteration_seconds
+    from solbench.report.sweep_cell import measured_iteration_seconds
 
     m = tables.metrics
     rows = m[(m["run_id"] == run_id) & (m["split"] == "train")][["step", "split", "wall_s"]]

@@ -184,7 +184,7 @@ class SweepObjective(BaseModel):
     hardware: str = "B200"  # reward_and_time: PROJECTED GPU seconds per iteration on this profile (B200 | H100)
     mfu: float = Field(default=0.4, gt=0, le=1)  # ... at this utilisation
     # reward_and_time's time axis: the PROJECTED GPU seconds above, or each cell's MEASURED training seconds per
-    # iteration on its own runs' clock (solbench/sweep/cell.py)
+    # iteration on its own runs' clock (solbench/report/sweep_cell.py)
     clock: Literal["projected", "measured"] = "projected"
 
 

@@ -5,5 +5,5 @@ model state, R rounds of M iterations per arm, the arms interleaved and their or
 a time with no other solbench work on the machine, each at its own threads, after a warm-up; a round whose load
 (other programs' busy cores) passes the bound is repeated. Modules: ``arms`` (which configs), ``iteration`` (one
 real training iteration of an arm, timed per phase), ``block`` (rounds, rotation, the load repeat, resume, the
-rows), ``collect`` (speed.parquet), ``stats`` (paired ratios over rounds, for the report).
+rows), ``collect`` (speed.parquet), and, in solbench.report.speed_stats, the paired ratios over rounds the report reads.
 """

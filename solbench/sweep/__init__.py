@@ -24,7 +24,7 @@ seeds. Each seed resolves through ``ExperimentSpec.resolve`` into a RunConfig, w
 run lives in ``results/<experiment>/<run_id>/`` like any other and a run that is already done is reused without
 training again. The trial's value is the mean of its seeds' values; each seed's value, the cell's interval (run
 seeds crossed with eval prompts) and its MEASURED seconds per iteration are kept in its user attributes and in the
-trials table, and the pruner is told the seeds' mean (solbench/sweep/cell.py). A combination the spec rejects
+trials table, and the pruner is told the seeds' mean (solbench/report/sweep_cell.py). A combination the spec rejects
 (K > N, batch arithmetic, an ``exclude`` entry) is recorded as a FAIL trial with ``invalid`` set and does not count
 towards ``trials``.
 
@@ -37,22 +37,23 @@ trials are asked until the study holds ``trials`` of them. One sweep process per
 (``sweep/.session/.lock``). After every finished trial ``sweep/trials.parquet`` is rewritten (number, state,
 value, ``params_<name>``, run_ids, seed_values, ...), which the report reads (solbench/report/sweep_io.py).
 
-One job a module (this __init__ only re-exports their public names):
+One job a module (this __init__ only re-exports their public names; the maths over stored rows it shares with the
+report lives below it, in solbench/report/sweep_curve.py (``ObjectiveError`` and the curve metrics, pure functions
+of a run's metrics rows) and solbench/report/sweep_cell.py (a cell's seeds, its seed-mean curve, its measured seconds
+per iteration and its interval)):
 
-- curve.py: ``ObjectiveError`` and the curve metrics, pure functions of a run's metrics rows;
 - objective.py: ``Objective``, what a trial scores (the objective kinds are described there);
 - pareto.py: the ``reward_and_time`` objective, reward against PROJECTED GPU time per iteration;
 - space.py: ``SearchSpace``, the spec's ``sweep.params`` as Optuna distributions;
-- cell.py: a cell's seeds, its seed-mean curve, its measured seconds per iteration and its interval;
 - study.py: the study's storage, sampler and pruner, ``open_study``;
 - trials.py: the trials table (``sweep/trials.parquet``);
 - runner.py: ``Sweep`` and ``run_sweep``, the loop that runs trials (flight.py: its record of a cell and its runs
   in flight; pool.py: the local worker processes; slurm.py: cancelling a pruned Slurm job).
 """
 
-from solbench.sweep.cell import cell_interval, cell_seeds, mean_curve, measured_iteration_seconds
-from solbench.sweep.curve import (CurvePoint, ObjectiveError, final_reward, metric_curve, reward_at_budget,
-                                  time_to_target)
+from solbench.report.sweep_cell import cell_interval, cell_seeds, mean_curve, measured_iteration_seconds
+from solbench.report.sweep_curve import (CurvePoint, ObjectiveError, final_reward, metric_curve, reward_at_budget,
+                                         time_to_target)
 from solbench.sweep.objective import KINDS, Objective
 from solbench.sweep.runner import (MAX_CONSECUTIVE_INVALID, MAX_RELAUNCHES, SESSION_DIR, Sweep, SweepResult,
                                    run_sweep)

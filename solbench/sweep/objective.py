@@ -11,12 +11,12 @@ Objectives (``sweep.objective.kind``), computed from the run's curve of ``metric
 - ``reward_and_time``: two objectives, the final value (maximised) and the run's seconds per training iteration
   (minimised): with ``clock: projected`` (the default) its PROJECTED GPU seconds on ``hardware`` at ``mfu``
   (solbench/sweep/pareto.py), with ``clock: measured`` its MEASURED seconds on its own training clock
-  (solbench/sweep/cell.py ``measured_iteration_seconds``): a multi-objective study whose Pareto front the report
+  (solbench/report/sweep_cell.py ``measured_iteration_seconds``): a multi-objective study whose Pareto front the report
   draws. Not pruned.
 
 ``reward_at_budget``'s budget is on the measured clock too (each run's cumulative training ``wall_s``). A trial is a
 cell of ``sweep.seeds_per_cell`` runs: every value here is one run's, and the trial's is the mean over its seeds
-(solbench/sweep/cell.py).
+(solbench/report/sweep_cell.py).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any
 
 from solbench.config import RunConfig
 from solbench.errors import ConfigError
-from solbench.sweep.curve import (CurvePoint, ObjectiveError, final_reward, metric_curve, reward_at_budget,
-                                  time_to_target)
+from solbench.report.sweep_curve import (CurvePoint, ObjectiveError, final_reward, metric_curve, reward_at_budget,
+                                         time_to_target)
 from solbench.sweep.pareto import DIRECTIONS, KIND, reward_and_time
 
 KINDS = ("final_reward", "reward_at_budget", "time_to_target", "reward_and_time")
@@ -86,7 +86,7 @@ class Objective:
         if not self.multi:
             return [self.value(rows)]
         if self.clock == "measured":
-            from solbench.sweep.cell import measured_iteration_seconds
+            from solbench.report.sweep_cell import measured_iteration_seconds
 
             rows = list(rows)
             seconds = measured_iteration_seconds(rows)

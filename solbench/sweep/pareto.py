@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from solbench.errors import SolbenchError
-from solbench.sweep.curve import ObjectiveError, final_reward
+from solbench.report.sweep_curve import ObjectiveError, final_reward
 
 KIND = "reward_and_time"
 DIRECTIONS = ("maximize", "minimize")

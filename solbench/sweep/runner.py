@@ -1,7 +1,7 @@
 """The sweep loop: ``Sweep`` asks the study for trials, runs each trial's cell (its R seed runs) and tells the
 study the outcome.
 
-A trial is one cell: the sampled values trained with ``sweep.seeds_per_cell`` run seeds (solbench/sweep/cell.py),
+A trial is one cell: the sampled values trained with ``sweep.seeds_per_cell`` run seeds (solbench/report/sweep_cell.py),
 each an ordinary run. Dispatch goes through solbench.launch: with a local profile of one worker the runs execute in
 this process, one after another; with more local workers (``workers: auto``: one per core) they run side by side in
 worker processes fed from one queue (solbench/sweep/pool.py), up to ``sweep.parallel`` cells in flight; with a Slurm
@@ -41,8 +41,9 @@ from solbench.config import RunConfig
 from solbench.errors import ConfigError, SolbenchError
 from solbench.launch import (DEFAULT_RUN_FN, LOCK_FILE, RunTask, execute_run, launch_slurm, prepare_run, preflight,
                              run_fn_ref, run_lock, run_states)
-from solbench.sweep.cell import CLOCK, cell_interval, cell_seeds, check_seed_axis, mean_curve, measured_iteration_seconds
-from solbench.sweep.curve import ObjectiveError
+from solbench.report.sweep_cell import (CLOCK, cell_interval, cell_seeds, check_seed_axis, mean_curve,
+                                        measured_iteration_seconds)
+from solbench.report.sweep_curve import ObjectiveError
 from solbench.sweep.flight import _Cell, _Flight, _StopRun
 from solbench.sweep.objective import Objective
 from solbench.sweep.slurm import _job_id, _scancel

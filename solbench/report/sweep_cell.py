@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from solbench.errors import ConfigError
-from solbench.sweep.curve import CurvePoint
+from solbench.report.sweep_curve import CurvePoint
 
 SAMPLE_SPLIT = "eval_sample"
 CLOCK = "measured: each run's own training clock (wall_s of its train rows, evaluation excluded)"
