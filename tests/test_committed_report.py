@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from solbench.fidelity.plan import planned_count
+from solbench.spec.fidelity_plan import planned_count
 from solbench.report.findings_common import NOT_JUDGED
 from solbench.report.stats import CONTRADICTED, INCONCLUSIVE, NOT_MEASURED, PROJECTION, REPRODUCED
 from solbench.spec import load_spec
@@ -81,7 +81,7 @@ def test_the_committed_report_covers_every_run_of_the_spec_and_its_plots(tmp_pat
     rerun is pending, which the README must then say), or one whose plots were not committed with it."""
     spec, _ = report_spec(tmp_path)
     text = pages()
-    # the training runs, then one fidelity run per planned checkpoint and recipe (solbench.fidelity.plan)
+    # the training runs, then one fidelity run per planned checkpoint and recipe (solbench.spec.fidelity_plan)
     n = len(spec.runs) + planned_count(spec.runs, spec.fidelity)
     assert re.search(rf"\| runs \| {n} \({n} done\) \|", text), "the report is not of every run of the spec"
     assert "uncommitted changes" not in text  # its runs came from committed code

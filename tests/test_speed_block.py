@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from solbench.config import RunConfig
-from solbench.speed.arms import Arm, round_order
+from solbench.spec.speed_arms import Arm, round_order
 from solbench.speed.block import ROUNDS, ROWS, QuietMachineError, read_rounds, run_rounds
 from solbench.results.speed_rows import speed_table
 from solbench.report.speed_stats import paired_ratios, ratio_interval, round_power, round_seconds
@@ -260,7 +260,7 @@ def test_the_spec_names_what_is_wrong_in_a_speed_block(tmp_path):
             load_spec(_tiny_spec(tmp_path, text))
     spec = load_spec(_tiny_spec(tmp_path, "  arms: [naive_scaling, {name: fp, method: sol_rl, set: {quant.recipe: "
                                           "none}}]"))
-    from solbench.speed.arms import block_arms
+    from solbench.spec.speed_arms import block_arms
 
     arms = block_arms(spec.runs, spec.speed)
     assert [a.key for a in arms] == ["naive_scaling", "fp"] and arms[1].config.quant.recipe == "none"
@@ -306,7 +306,7 @@ def test_sampling_variants_time_every_arm_eager_and_compiled_alike(tmp_path):
     on, nothing else changed), and the paired ratio pairs each arm with the baseline of its own variant. Catches a
     compiled variant for one arm only (an unfair pair) or ratios across variants."""
     from solbench.spec import load_spec
-    from solbench.speed.arms import block_arms
+    from solbench.spec.speed_arms import block_arms
 
     spec = load_spec(_tiny_spec(tmp_path, "  arms: [naive_scaling, sol_rl]\n  sampling: [eager, compiled]"))
     arms = block_arms(spec.runs, spec.speed)

@@ -23,7 +23,7 @@ side by side in one experiment and appear as separate arms of its report.
 
 One job, about 450 lines: a fidelity run from its settings to its stored candidates (``resolve``, ``build_engine``,
 ``sample``, ``run``) and a spec's ``fidelity:`` block as several such runs (``run_spec_block``: settings per entry
-and recipe, worker processes). Which checkpoints a block names is solbench.fidelity.plan's, its validation
+and recipe, worker processes). Which checkpoints a block names is solbench.spec.fidelity_plan's, its validation
 solbench.spec.fidelity_block's, its report solbench.report.fidelity*; the block runner stays here because it is
 ``run`` in a loop over settings, with no state of its own.
 """
@@ -370,7 +370,7 @@ def run_spec_block(spec, results_root: str | Path = "results", *, force: bool = 
     """Run the fidelity runs of ``spec.fidelity`` (solbench.spec.FidelityBlock) after training; returns their
     run ids. One run per checkpoint and recipe of the block (default: the checkpoint run's recipe), written to
     ``results/<spec name>/<fidelity run id>/`` beside the training runs, so the experiment's report shows
-    them. The checkpoints (solbench.fidelity.plan): ``base``, a method's main run (its final checkpoint), or a
+    them. The checkpoints (solbench.spec.fidelity_plan): ``base``, a method's main run (its final checkpoint), or a
     mapping naming an arm, run seeds and kept steps. Nothing runs for a checkpoint whose run is not done. Where
     several runs are to be made on CPU, they run side by side, one per core (each claims its cores as a training
     run does, solbench.machine.threads), as many at once as ``solbench run`` runs training runs."""
@@ -409,8 +409,8 @@ def _block_workers(n: int) -> int:
 
 
 def _block_settings(spec, block, results_root, echo) -> list[FidelitySettings]:
-    """The FidelitySettings of every run the block makes now (solbench.fidelity.plan.plan), each once."""
-    from solbench.fidelity.plan import plan
+    """The FidelitySettings of every run the block makes now (solbench.spec.fidelity_plan.plan), each once."""
+    from solbench.spec.fidelity_plan import plan
     from solbench.results import RunStore
 
     out, seen = [], set()

@@ -46,7 +46,10 @@ One job a module (this __init__ only re-exports their names):
 - models.py: the pydantic schema of specs and launch profiles, and how its errors read;
 - registries.py: the models, rewards, recipes and prompt sets a spec is checked against;
 - plan.py: the expanded spec (``ExperimentSpec``, ``PlannedRun``) and ``runs_table``;
-- resolver.py: the expansion of a spec into resolved, checked runs (fidelity_block.py: the ``fidelity:`` block);
+- resolver.py: the expansion of a spec into resolved, checked runs (fidelity_block.py: the ``fidelity:`` block,
+  speed_block.py: the ``speed:`` block);
+- fidelity_plan.py: which checkpoints a ``fidelity:`` block measures (solbench.fidelity runs them);
+- speed_arms.py: the arms of a ``speed:`` block, each a method's main run (solbench.speed times them);
 - load.py: ``load_spec``, reading, validating and expanding a spec file;
 - profiles.py: launch profiles (``load_profile``, ``check_launch``).
 """

@@ -22,10 +22,10 @@ def check_fidelity_block(block: FidelityBlock | None, runs: list, source: str, l
                          registries: Registries) -> None:
     """ConfigError for a fidelity block that could not run. ``runs``: the spec's runs (PlannedRun); every checkpoint
     entry names one of their methods or 'base', and a checkpoint mapping's arm, seeds and steps must be on disk once
-    they are done (solbench.fidelity.plan.entry_problem, which the block's runner plans with)."""
+    they are done (solbench.spec.fidelity_plan.entry_problem, which the block's runner plans with)."""
     if block is None:
         return
-    from solbench.fidelity.plan import entries, entry_method, entry_problem
+    from solbench.spec.fidelity_plan import entries, entry_method, entry_problem
 
     def fail(loc: tuple, message: str) -> None:
         line = _nearest_line(lines, ("fidelity", *loc))

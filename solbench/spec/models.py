@@ -243,7 +243,7 @@ class FidelityBlock(BaseModel):
 
 
 class SpeedArm(BaseModel):
-    """One arm of a ``speed:`` block as a mapping: a method's main run (solbench.fidelity.plan.arm_runs) with
+    """One arm of a ``speed:`` block as a mapping: a method's main run (solbench.spec.fidelity_plan.arm_runs) with
     settings changed by dotted key, e.g. ``{name: sol_rl_fp_preview, method: sol_rl, set: {quant.recipe: none}}``."""
 
     model_config = _STRICT

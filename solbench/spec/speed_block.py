@@ -16,7 +16,7 @@ def check_speed_block(block, runs: list, source: str, lines: dict[tuple, int]) -
     if block is None:
         return
     from solbench.report.tables import same_method
-    from solbench.speed.arms import arm_config, entry_name
+    from solbench.spec.speed_arms import arm_config, entry_name
 
     def fail(loc: tuple, message: str) -> None:
         line = _nearest_line(lines, ("speed", *loc))

@@ -6,7 +6,7 @@ attempt: its order, its load, accepted or not) and ``<arm>/speed.jsonl`` per arm
 iteration and phase: seconds, precision, load, the CPU or GPU, the backend, threads). The block id hashes what
 changes the numbers (not R, the bound or the repeats), so raising ``rounds`` continues the same block.
 
-A round: the arms in the block's order rotated by the round's index (solbench.speed.arms.round_order), each
+A round: the arms in the block's order rotated by the round's index (solbench.spec.speed_arms.round_order), each
 running M iterations back to back, each iteration's load (other programs' busy cores over every core the block
 holds, ``LoadMeter``) recorded. The round's load is its busiest iteration's; above ``load_bound`` the round is
 written as rejected and run again, at most ``repeats`` more times, after which the block stops with
@@ -32,7 +32,7 @@ from typing import Callable
 
 from solbench.errors import SolbenchError
 from solbench.results.speed_rows import ROUNDS, ROWS, SPEED_DIR, read_rounds  # noqa: F401  (the files' names)
-from solbench.speed.arms import Arm, block_arms, round_order
+from solbench.spec.speed_arms import Arm, block_arms, round_order
 
 
 class QuietMachineError(SolbenchError):
@@ -270,7 +270,7 @@ def _policy_state(spec, block, results_root) -> list | None:
     if block.checkpoint == "base":
         return None
     from solbench.fidelity.checkpoint import load_checkpoint
-    from solbench.fidelity.plan import arm_runs
+    from solbench.spec.fidelity_plan import arm_runs
 
     run = arm_runs(spec.runs, block.checkpoint)[0]
     checkpoint = load_checkpoint(spec.run_dir(results_root, run.run_id))

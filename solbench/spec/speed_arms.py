@@ -1,6 +1,6 @@
 """Which run configurations a spec's ``speed:`` block times: one per arm (solbench.spec.models.SpeedBlock.arms).
 
-An arm is a method of the spec, timed with the config of its main run (solbench.fidelity.plan.arm_runs: the
+An arm is a method of the spec, timed with the config of its main run (solbench.spec.fidelity_plan.arm_runs: the
 arm Table 5's Findings compare, its lowest seed), or a mapping (``SpeedArm``) naming the method's arm and
 settings changed by dotted key, so that an arm no training run has (Sol-RL exploring in full precision,
 ``{name: sol_rl_fp_preview, method: sol_rl, set: {quant.recipe: none}}``) is one more entry. Each arm is timed
@@ -54,7 +54,7 @@ def _set_dotted(data: dict, key: str, value: Any) -> None:
 
 def arm_config(runs: list, entry) -> RunConfig:
     """The RunConfig an entry times (ConfigError naming what is wrong): its method's main run, its ``set`` applied."""
-    from solbench.fidelity.plan import arm_runs
+    from solbench.spec.fidelity_plan import arm_runs
 
     method = entry if isinstance(entry, str) else entry.method
     arm = arm_runs(runs, method, None if isinstance(entry, str) else entry.iterations)
