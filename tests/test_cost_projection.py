@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from solbench.collect.facts import paper_model_facts
 from solbench.measure.paper_models import forward_flops, model_setting, paper_models, spec_settings
 from solbench.report.cost import FITTED, PAPER_TABLE5, paper_projection, stored_models
-from solbench.results.facts import paper_model_facts
 
 # The facts every report prices: the committed asset collect copies into results (solbench.measure.paper_models)
 STORED = stored_models(paper_model_facts())
@@ -151,7 +151,7 @@ def test_the_caption_names_what_was_fitted_to_table5(tmp_path):
 
 
 def test_a_runs_projected_clock_prices_its_forward_at_the_runs_text_length():
-    """The bug: the share a run's facts record (solbench.results.facts, read by report/clock.py's run_shares) and
+    """The bug: the share a run's facts record (solbench.train.facts, read by report/clock.py's run_shares) and
     sweep/pareto.py priced a real run's explore forward at the pipeline's maximum text length (FLUX 512 T5
     tokens) while the run encodes model.text_max_length (flux_main: 128, as the reference train_flux1.py), so the
     NVFP4 share of its projected clock was of a forward it never ran. Both must take the run's length (SD3:
@@ -163,7 +163,7 @@ def test_a_runs_projected_clock_prices_its_forward_at_the_runs_text_length():
     from solbench.models.shares import precision_split
     from solbench.report.clock import projected_seconds, run_shares
     from solbench.report.hardware import get_hardware
-    from solbench.results.facts import run_facts
+    from solbench.train.facts import run_facts
     from solbench.sweep.pareto import projected_iteration_seconds
 
     def share(model, recipe, tokens):

@@ -27,7 +27,7 @@ def test_rates_are_recorded_and_change_no_number(tmp_path, monkeypatch):
     """Catches a measurement that draws from the run's random streams (the metrics would move: its inputs must come
     from a private generator), rates that are not rates (zero, NaN, the same number for both precisions), and a
     runs table without them (the report's CPU prediction would silently vanish)."""
-    from solbench.results.collection import _rate_columns
+    from solbench.collect.collection import _rate_columns
 
     measured = _run(tmp_path, "with", monkeypatch, measure=True)
     plain = _run(tmp_path, "without", monkeypatch, measure=False)

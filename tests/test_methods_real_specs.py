@@ -122,7 +122,7 @@ def test_the_main_results_caption_states_the_protocol(model, stated):
     import pandas as pd
 
     from solbench.report.main_results import _eval_setup
-    from solbench.results.collection import flatten
+    from solbench.collect.collection import flatten
 
     runs = pd.DataFrame([{f"p_{k}": v for k, v in flatten(cfg.to_dict()).items()}
                          for configs in runs_by_method(model).values() for cfg in configs])

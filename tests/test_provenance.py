@@ -179,7 +179,7 @@ def test_the_report_of_a_real_spec_lists_every_deviation(name, tmp_path):
     import json
 
     from solbench.report.provenance import provenance_section
-    from solbench.results.facts import provenance_record
+    from solbench.collect.facts import provenance_record
 
     table = load_table(table_path(ROOT / "experiments" / "x.yaml", name), None)
     record, deviations = provenance_record(name)  # what collect stores beside the results, which the report reads

@@ -56,7 +56,7 @@ def test_the_cost_projection_from_stored_facts_is_todays(tmp_path):
     1e-9. Catches a fact stored wrongly (a share of the linear instead of the whole forward, the text tokens of
     the pipeline, a lost trained timestep) and the arithmetic changed on the way."""
     from solbench.report.cost import paper_projection, stored_models
-    from solbench.results.facts import paper_model_facts
+    from solbench.collect.facts import paper_model_facts
 
     models = stored_models(paper_model_facts())
     for hw, cells in GOLDEN.items():
@@ -193,8 +193,9 @@ def test_collect_records_the_facts_and_brings_old_results_up_to_date(tmp_path):
     own record overridden by today's code, and a share computed for a run that explored nothing."""
     from solbench.config import RunConfig
     from solbench.models.shares import precision_split
-    from solbench.results import RunStore, collect
-    from solbench.results.facts import FACTS_FILE, run_facts
+    from solbench.collect import collect
+    from solbench.results import RunStore
+    from solbench.train.facts import FACTS_FILE, run_facts
 
     exp = tmp_path / "exp"
     stores = {}
@@ -234,7 +235,7 @@ def test_a_tiny_run_on_random_or_shipped_weights_records_the_shipped_architectur
     """`model.path: random` (the test specs') and `pretrained` build the shipped tiny architecture. Catches the share
     looked up in a folder named "random" (no such file: the run left out of the projected clock)."""
     from solbench.models.shares import precision_split
-    from solbench.results.facts import run_facts
+    from solbench.train.facts import run_facts
 
     shipped = precision_split("tiny", "nvfp4_tiny_flux", backend="te").quantized_share
     for path in ("random", "pretrained", None):

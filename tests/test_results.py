@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
+from solbench.collect import collect, flatten
 from solbench.config import RunConfig
-from solbench.results import RunStore, capture_env, collect, flatten, scan_jsonl
+from solbench.results import RunStore, capture_env, scan_jsonl
 
 
 def metric(step, value=1.0, metric="reward", split="train"):

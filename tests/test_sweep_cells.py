@@ -91,7 +91,7 @@ def test_the_sweep_marks_a_best_set_when_noise_cannot_separate_the_top(tmp_path,
 
 def test_a_separable_best_is_called_best(tmp_path):
     spec = load_spec(make_spec(tmp_path, "sep", "{n: {choices: [4, 8, 16]}, k: {choices: [2]}}", 3))
-    from solbench.results import collect
+    from solbench.collect import collect
     from solbench.report.sweep_cells import best_set_line, sweep_cells
     from solbench.report.tables import Tables
     from solbench.sweep import Sweep
@@ -111,7 +111,7 @@ def test_reward_and_time_is_a_multi_objective_study_and_the_report_draws_its_par
     spec = load_spec(make_spec(tmp_path, "pareto", "{n: {choices: [4, 8, 16]}, k: {choices: [2]}}", 3, objective))
     from solbench.models.shares import precision_split
     from solbench.report import write_report
-    from solbench.results import collect
+    from solbench.collect import collect
     from solbench.sweep import Sweep
 
     result = Sweep(spec, tmp_path / "results", run_fn=RUN_FN, sys_path=[str(TESTS)], poll_s=0.2).run()

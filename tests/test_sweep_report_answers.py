@@ -59,7 +59,7 @@ def test_cells_best_set_and_answer_from_three_seeds_per_cell(tmp_path):
     from solbench.report.ablations import sweep_heatmap
     from solbench.report.sweep_cells import sweep_cells
     from solbench.report.tables import Tables
-    from solbench.results import collect
+    from solbench.collect import collect
     from solbench.sweep import Sweep
 
     path = tmp_path / "answers.yaml"

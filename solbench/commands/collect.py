@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from solbench.commands._common import (add_max_runs_argument, add_results_argument, add_spec_argument, console,
                                        experiment_dir, load_spec_of, print_corrupt_lines, print_damaged)
-from solbench.results import collect
+from solbench.collect import collect
 
 HELP = "merge an experiment's run results into parquet tables (runs, metrics, timings, candidates)"
 

@@ -113,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     from solbench.commands.collect import print_collect
     from solbench.report import ReportOptions, write_report
-    from solbench.results import collect
+    from solbench.collect import collect
 
     experiment_dir = Path(args.results) / spec["experiment"]
     print_collect(collect(experiment_dir))

@@ -218,7 +218,7 @@ def run_fidelity_block(out, spec, args) -> list[str]:
 def finish_with_report(out, spec, args) -> Path | None:
     """Collect the spec's runs into parquet and write the report; prints where both are."""
     from solbench.commands.collect import print_collect
-    from solbench.results import collect
+    from solbench.collect import collect
 
     with report_lock(args.reports, spec.name):  # one writer at a time; removes a killed writer's leftovers
         result = collect(experiment_dir(spec, args.results), report_run_ids(spec, args.results))

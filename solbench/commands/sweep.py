@@ -72,7 +72,7 @@ def main(args) -> int:
     out.print(f"trials table: {result.trials_path}", markup=False)
     if not args.no_collect:
         from solbench.commands.collect import print_collect
-        from solbench.results import collect
+        from solbench.collect import collect
 
         print_collect(collect(experiment_dir(spec, args.results)))
         from solbench.report.sweep_cells import best_set_line, sweep_cells

@@ -16,7 +16,7 @@ explore copy is exactly the one the run would have explored with.
 
 The result is an ordinary experiment folder, ``results/<name>/<run_id>/`` (spec.json, env.json,
 status.json, candidates.jsonl with a ``reward_name`` column, timings.jsonl), collected into parquet
-(``solbench.results.collect``) and reported by the ``ranking_fidelity`` report kind, where every
+(``solbench.collect``) and reported by the ``ranking_fidelity`` report kind, where every
 prompt group is an "all seeds" group. The run id hashes the experiment's settings, so runs with other
 settings (say ``explore_steps`` 6 and 10, or ``recipe`` none to isolate the step-count effect) sit
 side by side in one experiment and appear as separate arms of its report.

@@ -42,7 +42,8 @@ import functools
 import json
 from pathlib import Path
 
-from solbench.results.stored_facts import FACTS_SCHEMA, ForwardFlops, ModelSetting, paper_model_row
+from solbench.results.stored_facts import (FACTS_SCHEMA, PAPER_MODEL_ASSET, ForwardFlops, ModelSetting,
+                                           paper_model_row)
 
 #: The real spec whose Sol-RL run each projected model prices (experiments/ of the repository).
 PAPER_SPECS = {"flux": "flux_main.yaml", "sd3": "sd35_main.yaml", "sana": "sana_main.yaml"}
@@ -51,7 +52,7 @@ PAPER_SPECS = {"flux": "flux_main.yaml", "sd3": "sd35_main.yaml", "sana": "sana_
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 #: The committed facts of the three models (``write_asset``), which collect copies into results.
-ASSET = Path(__file__).resolve().parents[1] / "assets" / "paper_model_facts.json"
+ASSET = PAPER_MODEL_ASSET
 
 #: ViT-H/14 at 224 px (HPSv2 and PickScore; 632 M parameters, 257 tokens): 2 x parameters x tokens.
 REWARD_TFLOPS = 2 * 632e6 * 257 / 1e12

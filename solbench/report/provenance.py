@@ -5,7 +5,7 @@ reference fixes, with its source, and the deviations with their reasons (solbenc
 test suite checks the table against the spec). This section lists the deviations, so a reader of the
 results sees what the runs did differently from each method's reference; experiments without a table
 (the embedded world) get a note saying none is claimed. The table is read when the results are collected
-(solbench.results.facts.provenance_record: provenance.parquet and collect_report.json's ``provenance``),
+(solbench.collect.facts.provenance_record: provenance.parquet and collect_report.json's ``provenance``),
 not by the report.
 """
 

@@ -1,4 +1,4 @@
-"""Run results on disk: the per-run ``RunStore`` and ``collect`` (JSONL -> parquet per experiment).
+"""Run results on disk: the per-run ``RunStore`` (what a run writes and how it is read back).
 
 Layout of one run, ``results/<experiment>/<run_id>/``::
 
@@ -18,22 +18,19 @@ checkpoint of step s calls ``truncate_after(s)`` (an atomic rewrite) before writ
 rows of the steps it repeats are never duplicated. The trainer must therefore write a step's rows
 *before* saving that step's checkpoint.
 
-``collect`` merges an experiment's runs into ``runs.parquet`` (one row per run, every resolved config
-field flattened as a ``p_``-prefixed column), ``metrics.parquet``, ``timings.parquet`` and
-``candidates.parquet``, plus ``collect_report.json`` naming every corrupt line it skipped.
+An experiment's runs are merged into parquet tables by ``solbench.collect``, a stage above this one.
 
 This package only re-exports its modules' names, one job each: ``storage`` (atomic writes, storage
-errors, JSONL scanning), ``store`` (``RunStore``), ``env`` (``capture_env``) and ``collection``
-(``collect`` to parquet). Its modules import one another directly, never this package.
+errors, JSONL scanning), ``store`` (``RunStore``), ``env`` (``capture_env``); beside them ``stored_facts`` (the
+facts' names and schema, shared by the runs, collect and the report), ``speed_rows`` (the speed block's files and
+table) and ``checkpoint`` (checkpoint files). Its modules import one another directly, never this package.
 """
 
-from solbench.results.collection import CollectResult, _scalar, _write_parquet, collect, flatten, iter_run_dirs
 from solbench.results.env import _git, _package_version, capture_env
 from solbench.results.storage import (CorruptLine, TableScan, _fsync_dir, _json_default, _now, _raise_storage_error,
                                       atomic_write_bytes, scan_jsonl, storage_error)
 from solbench.results.store import (_CHECKPOINT_RE, _DAMAGED_STATUS_SAID, CHECKPOINTS_KEPT, STATE_NEW, STATES,
                                     TABLE_COLUMNS, RunStore)
 
-__all__ = ["CHECKPOINTS_KEPT", "STATES", "STATE_NEW", "TABLE_COLUMNS", "CollectResult", "CorruptLine", "RunStore",
-           "TableScan", "atomic_write_bytes", "capture_env", "collect", "flatten", "iter_run_dirs", "scan_jsonl",
-           "storage_error"]
+__all__ = ["CHECKPOINTS_KEPT", "STATES", "STATE_NEW", "TABLE_COLUMNS", "CorruptLine", "RunStore", "TableScan",
+           "atomic_write_bytes", "capture_env", "scan_jsonl", "storage_error"]

@@ -1,4 +1,4 @@
-"""The speed block's files and its rows as one table (``speed.parquet``, written by solbench.results.collect).
+"""The speed block's files and its rows as one table (``speed.parquet``, written by solbench.collect).
 
 The block (solbench.speed.block) writes these files and collect reads them, so their names live here, below both.
 

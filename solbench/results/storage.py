@@ -4,7 +4,7 @@
 folder); ``storage_error`` turns a full disk or a folder that cannot be written into one
 StorageError naming the file; ``scan_jsonl`` parses an append-only table line by line, recording
 (``CorruptLine``) rather than raising on a line that does not parse. Used by the run store
-(solbench.results.store) and by collection (solbench.results.collection).
+(solbench.results.store) and by collection (solbench.collect.collection).
 """
 
 from __future__ import annotations

@@ -3,11 +3,13 @@
 A report reads stored results alone: what it once computed from code at report time (the share of a forward
 an explore recipe quantizes, a recipe's format, a model's default explore recipe, the eval grid's prompts, the
 paper models' FLOPs per phase and precision, text tokens and trained timesteps) is written once, by the run
-(``facts.json``) or by ``solbench collect`` (solbench.results.facts), into the collected tables:
+(``facts.json``, solbench.train.facts) or by ``solbench collect`` (solbench.collect.facts), into the collected
+tables:
 
 - ``RUN_FACTS``: columns of runs.parquet, one value per run, with ``facts_schema``;
 - ``PAPER_MODEL_FACTS``: ``paper_model_facts.parquet``, one row per model of the paper's Table 5 (the cost
-  projection's inputs, solbench.measure.paper_models), with ``facts_schema``;
+  projection's inputs, solbench.measure.paper_models), with ``facts_schema``, copied from the committed asset
+  ``PAPER_MODEL_ASSET``;
 - ``PROVENANCE_TABLE``: ``provenance.parquet``, the deviations of the experiment's provenance table, and its
   summary in collect_report.json (``provenance``).
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 #: Bumped whenever a fact is added or its meaning changes; results with an older one are collected again.
 FACTS_SCHEMA = 1
@@ -38,6 +41,9 @@ RUN_FACTS = {
 
 #: The collected table of the paper models' facts: results/<experiment>/<PAPER_MODEL_FACTS>.parquet.
 PAPER_MODEL_FACTS = "paper_model_facts"
+#: The committed facts of the paper models (solbench.measure.paper_models writes it), which collect copies into
+#: results: here, below both, so that collect reads it without importing the measuring code.
+PAPER_MODEL_ASSET = Path(__file__).resolve().parents[1] / "assets" / "paper_model_facts.json"
 #: The deviations of the experiment's provenance table (experiments/provenance/<name>.yaml), one row each, beside
 #: its summary (file, rows, the reasons as bullets) in collect_report.json's "provenance".
 PROVENANCE_TABLE = "provenance"

@@ -156,7 +156,7 @@ class Trainer:
         if getattr(self.nets, "explore_backend", None) is not None:  # which backend quant.backend resolved to, and why
             log.info("%s", self.nets.explore_backend.describe())
             self.store.write_json("explore.json", self.nets.explore_backend.record())
-        from solbench.results.facts import FACTS_FILE, run_facts
+        from solbench.train.facts import FACTS_FILE, run_facts
 
         # what a report needs from code, fixed now (solbench.results.stored_facts): collect reads it, not this code later
         if self.dist.is_main:

@@ -1,7 +1,7 @@
 """``collect``: merge the runs of one experiment folder into parquet tables (runs, metrics, timings,
 candidates), with the facts the report needs from code (solbench.results.stored_facts: each run's on runs.parquet, the
 paper models' in paper_model_facts.parquet), and a collect_report.json naming every corrupt line skipped and the
-runs asked for (see solbench.results).
+runs asked for (see solbench.collect).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from solbench.results.facts import paper_model_facts, provenance_record, recorded_run_facts
+from solbench.collect.facts import paper_model_facts, provenance_record, recorded_run_facts
 from solbench.results.storage import CorruptLine, _now, _raise_storage_error, atomic_write_bytes
 from solbench.results.store import TABLE_COLUMNS, RunStore
 from solbench.results.stored_facts import FACTS_SCHEMA, PAPER_MODEL_FACTS, PROVENANCE_TABLE, SCHEMA_COLUMN
@@ -162,7 +162,7 @@ def collect(experiment_dir: str | os.PathLike, run_ids: Iterable[str] | None = N
         # the runs asked for (a spec's, when collected for one): the report names those it lacks from this
         "spec_runs": sorted(wanted) if wanted is not None else None,
         SCHEMA_COLUMN: FACTS_SCHEMA,
-        "provenance": provenance,  # the experiment's provenance table (solbench.results.facts.provenance_record)
+        "provenance": provenance,  # the experiment's provenance table (solbench.collect.facts.provenance_record)
     }
     atomic_write_bytes(experiment_dir / "collect_report.json", (json.dumps(report, indent=2) + "\n").encode())
     return CollectResult(experiment_dir, tables, corrupt, len(run_rows), damaged)
