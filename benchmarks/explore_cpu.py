@@ -80,7 +80,7 @@ def main() -> None:
     recipe = recipe_for_model(args.recipe, policy)
     nets = {"fp32": policy}
     for backend in args.backends.split(","):
-        nets[backend] = quantized_copy(policy, recipe.replace(backend=backend))
+        nets[backend] = quantized_copy(policy, recipe, backend=backend)
     engine = Engine(adapter, {"policy": policy}, None, PhaseTimer(), run_seed=0)
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(args.batch, *adapter.latent_shape, generator=generator)

@@ -194,9 +194,9 @@ def embedded_flux(width: int = 128, heads: int = 4):
 
 def bench_te(model, inputs, repeats: int) -> List[List[str]]:
     """TransformerEngine rows: bf16 on the GPU vs te copies, or why they cannot run here."""
-    runnable = [n for n in ("nvfp4_w4a4", "fp8_w8a8") if te_unavailable_reason(RECIPES[n].replace(backend="te")) is None]
+    runnable = [n for n in ("nvfp4_w4a4", "fp8_w8a8") if te_unavailable_reason(RECIPES[n]) is None]
     if not runnable:
-        reason = te_unavailable_reason(RECIPES["nvfp4_w4a4"].replace(backend="te"))
+        reason = te_unavailable_reason(RECIPES["nvfp4_w4a4"])
         return [["nvfp4_w4a4 / fp8_w8a8", "te", "-", "-", "-", f"not run: {reason}"]]
     import copy
 
@@ -215,7 +215,7 @@ def bench_te(model, inputs, repeats: int) -> List[List[str]]:
 
     candidates = {"bf16": timed(gpu_model)}
     for name in runnable:
-        candidates[name] = timed(quantized_copy(gpu_model, RECIPES[name].replace(backend="te")))
+        candidates[name] = timed(quantized_copy(gpu_model, RECIPES[name], backend="te"))
     with torch.no_grad():
         t = interleaved_medians(candidates, repeats, warmup=3)
     rows = [["bf16 (GPU)", "-", f"{1e3 * t['bf16']:.2f}", "1.00x", "-", torch.cuda.get_device_name()]]

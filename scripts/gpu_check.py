@@ -71,7 +71,7 @@ def environment() -> dict:
         env["gpu"] = torch.cuda.get_device_name()
         env["capability"] = list(torch.cuda.get_device_capability())
         env["memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
-    env["transformer_engine"] = te_unavailable_reason(get_recipe("fp8_w8a8").replace(backend="te")) or "usable"
+    env["transformer_engine"] = te_unavailable_reason(get_recipe("fp8_w8a8")) or "usable"
     return env
 
 
@@ -83,7 +83,7 @@ def native_backend(kind: str) -> dict:
                                        quantize_nvfp4_rows)
 
     recipe = quant.get_recipe({"fp8": "fp8_w8a8", "fp8_rowwise": "fp8_rowwise_flux", "nvfp4": "nvfp4_w4a4"}[kind])
-    recipe = recipe.replace(backend="torch", skip=(), min_dim=0)
+    recipe = recipe.replace(skip=(), min_dim=0)
     fmt = recipe.format
     quantize_rows = quantize_fp8_rowwise if recipe.rowwise else quantize_fp8_rows
     reason = native_unavailable_reason(recipe)
@@ -96,7 +96,7 @@ def native_backend(kind: str) -> dict:
         x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
         native = NativeLinear(k, n, True, recipe, name="check", dtype=torch.bfloat16, device="cuda")
         native.load_weight(linear.weight, linear.bias)
-        emulated = quant.QuantLinear.from_linear(linear, recipe.replace(backend="emulated"), name="check")
+        emulated = quant.QuantLinear.from_linear(linear, recipe, name="check")
         # operands: the sync-free quantizer against solbench's, on this GPU
         if fmt == "fp8":
             codes, decode = quantize_rows(x)

@@ -23,6 +23,16 @@ def _seed_everything():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _backend_availability_decided_per_test():
+    """Whether a quantization backend runs here is decided once per process (solbench.quant.registry); tests fake
+    the machine (no TE, no bf16 units, no CUDA) with monkeypatch, so each starts with nothing decided."""
+    from solbench.quant import registry
+
+    registry.clear_cache()
+    yield
+
+
 
 def pytest_report_header(config):
     """The CPU the tests ran on: bit-identity across ranks is asserted only where its kernels

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from solbench import quant
 from solbench.machine import cpu
-from solbench.quant import formats, fused
+from solbench.quant import formats, fused, registry
 from solbench.quant.backends import choose_backend, resolve_on_cpu
 from solbench.quant.cpu_bf16 import CpuBf16Linear, quantize_fp8_bf16_rows, quantize_nvfp4_bf16_rows, weight_values
 
@@ -94,7 +94,7 @@ def test_layer_output_is_the_emulated_layers_within_the_stated_bound(recipe_name
     linear = torch.nn.Linear(256, 96)
     recipe = quant.get_recipe(recipe_name)
     emulated = quant.QuantLinear.from_linear(linear, recipe, name="l")
-    layer = CpuBf16Linear(256, 96, True, recipe.replace(backend="cpu_bf16"), name="l")
+    layer = CpuBf16Linear(256, 96, True, recipe, name="l")
     layer.load_weight(linear.weight, linear.bias)
     assert torch.equal(layer.dequantized_weight(), emulated.weight)  # weight values x S_w == emulated weight
     q = formats.quantize(linear.weight.detach(), recipe.format, block)
@@ -123,8 +123,8 @@ def test_tiny_model_copy_replaces_the_emulated_copys_layers_shares_inputs_and_sy
     policy = adapter.transformer
     recipe = quant.recipe_for_model("nvfp4_tiny_flux", policy)
     emulated = quant.quantized_copy(policy, recipe)
-    shared = quant.quantized_copy(policy, recipe.replace(backend="cpu_bf16"))
-    alone = quant.quantized_copy(policy, recipe.replace(backend="cpu_bf16"), share_input_quantization=False)
+    shared = quant.quantized_copy(policy, recipe, backend="cpu_bf16")
+    alone = quant.quantized_copy(policy, recipe, backend="cpu_bf16", share_input_quantization=False)
     rows = [(r.name, r.quantized) for r in quant.quantization_summary(emulated)]
     assert [(r.name, r.quantized) for r in quant.quantization_summary(shared)] == rows
     assert sum(q for _, q in rows) == 41
@@ -141,7 +141,7 @@ def test_tiny_model_copy_replaces_the_emulated_copys_layers_shares_inputs_and_sy
         for p in policy.parameters():
             p.mul_(0.9)
         quant.sync_weights(shared, policy)
-        fresh = quant.quantized_copy(policy, recipe.replace(backend="cpu_bf16"))
+        fresh = quant.quantized_copy(policy, recipe, backend="cpu_bf16")
         assert torch.equal(model.velocity(shared, x, t, cond["tokens"], cond["pooled"]),
                            model.velocity(fresh, x, t, cond["tokens"], cond["pooled"]))
 
@@ -158,6 +158,7 @@ def test_auto_takes_cpu_bf16_only_where_the_cpu_has_bf16_units(monkeypatch):
     mx = choose_backend(quant.get_recipe("mxfp4_w4a4"), "auto", device="cpu", allow_emulated_fallback=True)
     assert mx.backend == "emulated" and "mxfp4 runs emulated" in mx.passed_over["cpu_bf16"]
     monkeypatch.setattr(cpu, "native_bf16", lambda cpuinfo=None: False)
+    registry.clear_cache()  # the machine changed under the registry, which decides availability once per process
     none = choose_backend(recipe, "auto", device="cpu", allow_emulated_fallback=True)
     assert none.backend == "emulated" and "no bf16 units" in none.passed_over["cpu_bf16"]
     with pytest.raises(quant.BackendUnavailableError, match="cpu_bf16: this CPU has no bf16 units"):

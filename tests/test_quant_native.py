@@ -63,7 +63,7 @@ def test_layers_reading_one_tensor_share_one_quantizer_pass_in_a_compiled_forwar
 
     from torch._inductor.utils import run_and_get_code
 
-    recipe = quant.get_recipe("fp8_w8a8").replace(backend="torch")
+    recipe = quant.get_recipe("fp8_w8a8")
     torch.manual_seed(0)
     layers = torch.nn.ModuleList(NativeLinear(64, 64, False, recipe, name=n, dtype=torch.float32) for n in "qkv")
     for layer in layers:
@@ -92,7 +92,7 @@ def test_fast_accum_reaches_the_fp8_gemm(monkeypatch):
     real = torch._scaled_mm
     monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: seen.append(k.get("use_fast_accum")) or real(*a, **k))
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 32))
-    copy = quant.quantized_copy(model, quant.get_recipe("fp8_w8a8").replace(backend="torch"))
+    copy = quant.quantized_copy(model, quant.get_recipe("fp8_w8a8"), backend="torch")
     x = torch.randn(16, 64)
     with torch.no_grad():
         plain = copy(x)
@@ -118,12 +118,12 @@ def test_e5m2_recipes_have_no_scaled_matmul_path_and_say_so():
     recipe = quant.get_recipe("te_delayed_e2m1_flux")
     assert recipe.format == "fp8_e5m2"
     for capability in ((9, 0), (10, 0)):
-        reason = native_unavailable_reason(recipe.replace(backend="torch"), capability=capability)
+        reason = native_unavailable_reason(recipe, capability=capability)
         assert "E5M2" in reason
         with pytest.raises(quant.BackendUnavailableError, match="torch: torch's scaled matmul has no FP8 E5M2"):
             choose_backend(recipe, "auto", capability=capability)
         assert choose_backend(recipe, "auto", capability=capability, allow_emulated_fallback=True).backend == "emulated"
-    assert "E5M2" in native_unavailable_reason(recipe.replace(backend="torch"), "cpu")
+    assert "E5M2" in native_unavailable_reason(recipe, "cpu")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -171,7 +171,7 @@ def test_native_fp8_layer_computes_the_emulated_layers_numbers(dtype):
     fake-quantized input with that weight up to the GEMM's accumulation order and output rounding."""
     linear = _linear(dtype=dtype)
     recipe = quant.get_recipe("fp8_w8a8")
-    native = NativeLinear(64, 48, True, recipe.replace(backend="torch"), name="l", dtype=dtype)
+    native = NativeLinear(64, 48, True, recipe, name="l", dtype=dtype)
     native.load_weight(linear.weight, linear.bias)
     emulated = quant.QuantLinear.from_linear(linear, recipe, name="l")
     assert native.codes.dtype == torch.float8_e4m3fn and native.codes.shape == (48, 64)
@@ -190,13 +190,13 @@ def test_native_nvfp4_layer_operands_are_the_emulated_numbers():
     decode to the emulated layer's weight bit for bit; the GEMM itself needs sm_100 (scripts/gpu_check.py)."""
     linear = _linear(64, 256)
     recipe = quant.get_recipe("nvfp4_w4a4")
-    native = NativeLinear(64, 256, True, recipe.replace(backend="torch"), name="l", dtype=torch.float32)
+    native = NativeLinear(64, 256, True, recipe, name="l", dtype=torch.float32)
     native.load_weight(linear.weight, linear.bias)
     emulated = quant.QuantLinear.from_linear(linear, recipe, name="l")
     assert native.codes.dtype == torch.uint8 and native.codes.shape == (256, 32)
     assert native.scales.dtype == torch.float8_e4m3fn and native.scales.numel() == 256 * 4
     assert torch.equal(native.dequantized_weight(), emulated.weight)
-    reason = native_unavailable_reason(recipe.replace(backend="torch"), "cpu")
+    reason = native_unavailable_reason(recipe, "cpu")
     assert "CUDA GPU (sm_100+)" in reason
 
 
@@ -205,19 +205,19 @@ def test_quantized_copy_on_torch_backend_holds_one_fp8_copy_and_syncs():
     shadow), computes like the emulated copy, and sync_weights refreshes it to a fresh copy's state."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).to(torch.bfloat16)
-    recipe = quant.get_recipe("fp8_w8a8").replace(backend="torch")
-    copy = quant.quantized_copy(model, recipe)
+    recipe = quant.get_recipe("fp8_w8a8")
+    copy = quant.quantized_copy(model, recipe, backend="torch")
     layers = [m for m in copy.modules() if isinstance(m, NativeLinear)]
     assert len(layers) == 2 and not list(copy.parameters())  # everything quantized: no bf16 weights left
     held = sum(b.numel() * b.element_size() for b in copy.buffers())
     assert held == 64 * 128 + 128 * 32 + 2 * (4 + 4) + (128 + 32) * 2  # codes, two fp32 scales each, bf16 biases
     x = torch.randn(6, 64, dtype=torch.bfloat16)
-    emulated = quant.quantized_copy(model, recipe.replace(backend="emulated"))
+    emulated = quant.quantized_copy(model, recipe, backend="emulated")
     with torch.no_grad():
         torch.testing.assert_close(copy(x).float(), emulated(x).float(), rtol=2e-2, atol=2e-2)
         model[0].weight.mul_(-0.5)
         quant.sync_weights(copy, model)
-        fresh = quant.quantized_copy(model, recipe)
+        fresh = quant.quantized_copy(model, recipe, backend="torch")
         assert torch.equal(copy(x), fresh(x))
 
 

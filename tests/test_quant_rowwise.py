@@ -32,8 +32,8 @@ def test_the_rowwise_recipe_is_registered_and_checked():
     assert quant.get_recipe("fp8_w8a8").activation_block is None  # per-tensor as before
     with pytest.raises(ValueError, match="rowwise .* fp8 only"):
         flux.replace(rowwise=True)
-    assert native_unavailable_reason(ROWWISE.replace(backend="torch"), "cpu") is None
-    mixed = quant.get_recipe("fp8_w8a8").replace(weight_block="channel", backend="torch")
+    assert native_unavailable_reason(ROWWISE, "cpu") is None
+    mixed = quant.get_recipe("fp8_w8a8").replace(weight_block="channel")
     assert "per-tensor activations need per-tensor weights" in native_unavailable_reason(mixed, "cpu")
     assert "per-tensor activations" in native_unavailable_reason(mixed, capability=(9, 0))
 
@@ -59,7 +59,7 @@ def test_rowwise_layer_multiplies_the_emulated_twins_operands(dtype, monkeypatch
     F.linear of those operands up to accumulation order and one rounding."""
     torch.manual_seed(2)
     linear = torch.nn.Linear(64, 48).to(dtype)
-    native = NativeLinear(64, 48, True, ROWWISE.replace(backend="torch"), name="l", dtype=dtype)
+    native = NativeLinear(64, 48, True, ROWWISE, name="l", dtype=dtype)
     native.load_weight(linear.weight, linear.bias)
     emulated = quant.QuantLinear.from_linear(linear, ROWWISE, name="l")
     ref_w = formats.quantize(linear.weight.detach(), "fp8", "channel")
@@ -108,8 +108,8 @@ def test_scaled_matmul_layers_reading_one_tensor_quantize_it_once(recipe, monkey
     recipe = quant.get_recipe(recipe) if recipe != "rowwise" else ROWWISE
     torch.manual_seed(0)
     model = _Attention().to(torch.bfloat16)
-    separate = quant.quantized_copy(model, recipe.replace(backend="torch"), share_input_quantization=False)
-    shared = quant.quantized_copy(model, recipe.replace(backend="torch"))
+    separate = quant.quantized_copy(model, recipe, backend="torch", share_input_quantization=False)
+    shared = quant.quantized_copy(model, recipe, backend="torch")
     layers = [m for m in shared.modules() if isinstance(m, native.NativeLinear)]
     assert len(layers) == 4 and len({id(m.shared_inputs) for m in layers}) == 1 and layers[0].shared_inputs is not None
     name = "quantize_fp8_rowwise" if recipe.rowwise else "quantize_fp8_rows"
@@ -170,7 +170,7 @@ def test_shared_scaled_matmul_layers_compile_to_the_eager_bits():
     (fullgraph) and give the eager layers' bits, per-tensor and rowwise. Catches the cache breaking compiled
     sampling of the explore copy."""
     for recipe in (quant.get_recipe("fp8_w8a8"), ROWWISE):
-        copy = quant.quantized_copy(_Attention().to(torch.bfloat16), recipe.replace(backend="torch"))  # shares inputs
+        copy = quant.quantized_copy(_Attention().to(torch.bfloat16), recipe, backend="torch")  # shares inputs
 
         def qkv(x):
             return [copy.to_q(x), copy.to_k(x), copy.to_v(x)]

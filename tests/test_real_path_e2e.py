@@ -453,7 +453,7 @@ def test_quant_explore_fns_te_without_fallback_raises_backend_unavailable(no_te)
     with pytest.raises(quant.BackendUnavailableError) as err:
         factory(_small_net())
     message = str(err.value)
-    reason = quant.layers.te_unavailable_reason(quant.get_recipe("nvfp4_w4a4").replace(backend="te"))
+    reason = quant.layers.te_unavailable_reason(quant.get_recipe("nvfp4_w4a4"))
     assert message.startswith(f"recipe 'nvfp4_w4a4': {reason}.")  # what is missing here, e.g. no CUDA device
     assert "pip install transformer-engine[pytorch]" in message and "backend='emulated'" in message
 

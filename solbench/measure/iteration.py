@@ -151,14 +151,14 @@ def _explore_fns(cfg, device: torch.device, notes: list[str], *, recipe=None, fa
             recipe, choice = twin, fp8
     if choice.passed_over:
         notes.append(choice.describe())
-    chosen = recipe.replace(backend=choice.backend)
+    chosen = recipe  # the backend goes beside it (quantized_copy's backend)
     if fast_accum and (choice.backend != "torch" or chosen.format != "fp8"):
         notes.append(f"fast accumulation not applied: {chosen.name} runs {chosen.format} on backend {choice.backend}, "
                      "and only backend torch's FP8 GEMM has it")
         fast_accum = False
 
     def factory(module):
-        copy = quant.quantized_copy(module, chosen)
+        copy = quant.quantized_copy(module, chosen, backend=choice.backend)
         if choice.backend == "torch":
             set_fast_accum(copy, bool(fast_accum))
         return copy

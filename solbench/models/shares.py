@@ -51,15 +51,16 @@ class PrecisionSplit:
 
 
 def split_layers(layers: tuple[LinearLayer, ...], total: float, recipe: QuantRecipe | str, *,
-                 model: str = "") -> PrecisionSplit:
-    """Apply ``recipe``'s rule (``quantizes``) to ``layers``: the PrecisionSplit of that forward."""
+                 model: str = "", backend: str | None = None) -> PrecisionSplit:
+    """Apply ``recipe``'s rule on ``backend`` (``quantizes``; None: emulation's) to ``layers``: the PrecisionSplit
+    of that forward."""
     if recipe == NO_RECIPE:
         marked = tuple((layer, False) for layer in layers)
         name = NO_RECIPE
     else:
         recipe = get_recipe(recipe)
         marked = tuple((layer, quantizes(recipe, layer.name, SimpleNamespace(
-            in_features=layer.in_features, out_features=layer.out_features))) for layer in layers)
+            in_features=layer.in_features, out_features=layer.out_features), backend)) for layer in layers)
         name = recipe.name
     return PrecisionSplit(model, name, float(total), float(sum(layer.flops for layer in layers)),
                           float(sum(layer.flops for layer, q in marked if q)), marked)
@@ -69,8 +70,8 @@ def precision_split(model: str, recipe: QuantRecipe | str, *, resolution: int | 
                     path: str | None = None, backend: str | None = None,
                     text_tokens: int | None = None) -> PrecisionSplit:
     """The PrecisionSplit of one forward of ``model`` (tiny | flux | sd3 | sana) at ``resolution`` under
-    ``recipe`` (a name, a QuantRecipe or ``"none"``). ``backend`` ("emulated" | "te") overrides the
-    recipe's: on ``te`` a layer whose features are not divisible by 16 stays in full precision.
+    ``recipe`` (a name, a QuantRecipe or ``"none"``). ``backend`` (a registered backend, e.g. "te"; None:
+    emulation's rule): on ``te`` a layer whose features are not divisible by 16 stays in full precision.
     ``text_tokens``: a real model's text length (default: its pipeline's maximum, solbench.models.flops)."""
     if isinstance(recipe, str):
         return _cached_split(model, recipe, resolution, path, backend, text_tokens)
@@ -83,9 +84,7 @@ def _split(model, recipe, resolution, path, backend, text_tokens=None) -> Precis
     total, layers = linear_layers(class_name, config, shape_key)
     if recipe != NO_RECIPE:
         recipe = recipe_for_config(recipe, config)  # a size threshold given per width, at this model's
-        if backend is not None:
-            recipe = recipe.replace(backend=backend)
-    return split_layers(layers, total, recipe, model=model)
+    return split_layers(layers, total, recipe, model=model, backend=backend)
 
 
 def run_text_tokens(model: str, text_max_length: int | None) -> int | None:

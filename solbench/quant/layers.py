@@ -1,5 +1,8 @@
 """Linear layers that run in a recipe's low precision: emulated (any device) or TransformerEngine.
 
+Which backend builds which layer is the registry's (solbench.quant.registry; the built-in backends are
+registered in solbench.quant.backends); ``make_quantized_layer`` asks it.
+
 `QuantLinear` emulates a low-precision GEMM with fake quantization: its weight holds the
 quantized-then-dequantized values, computed once per `load_weight` (i.e. once per policy sync),
 and, when the recipe quantizes activations, its input is rounded through the format in 1x16
@@ -21,11 +24,12 @@ import torch.nn.functional as F
 
 from .common import BackendUnavailableError, _SharedInputQuantization, te_rows_padded  # noqa: F401 (importable from here too)
 from .formats import NonFiniteError, fake_quantize
-from .cpu_bf16 import CpuBf16Linear, cpu_bf16_unavailable_reason
-from .native import NativeLinear, native_unavailable_reason
+from . import registry
+from .cpu_bf16 import CpuBf16Linear
+from .native import NativeLinear
 from .recipes import QuantRecipe
 
-__all__ = ["QuantLinear", "TELinear", "BackendUnavailableError", "te_unavailable_reason"]
+__all__ = ["QuantLinear", "TELinear", "BackendUnavailableError", "te_unavailable_reason", "TE_REQUIREMENTS"]
 
 
 class QuantLinear(nn.Module):
@@ -48,8 +52,6 @@ class QuantLinear(nn.Module):
         shared_inputs: Optional[_SharedInputQuantization] = None,
     ) -> None:
         super().__init__()
-        if recipe.backend != "emulated":
-            raise ValueError(f"QuantLinear emulates precision; recipe {recipe.name!r} asks for backend {recipe.backend!r}")
         self.in_features = in_features
         self.out_features = out_features
         self.recipe = recipe
@@ -142,7 +144,7 @@ class QuantLinear(nn.Module):
 # TransformerEngine backend
 # --------------------------------------------------------------------------------------------
 
-_TE_REQUIREMENTS = (
+TE_REQUIREMENTS = (
     "backend='te' runs quantized layers as TransformerEngine te.Linear under its "
     "NVFP4BlockScaling (nvfp4) or Float8CurrentScaling (fp8) recipe. It needs an NVIDIA "
     "Blackwell GPU (sm_100 or newer) for NVFP4, a Hopper GPU (sm_90) or newer for FP8, and "
@@ -171,24 +173,10 @@ def te_unavailable_reason(recipe: QuantRecipe) -> Optional[str]:
     return None
 
 
-def require_backend(recipe: QuantRecipe, device=None) -> None:
-    """Raise BackendUnavailableError when ``recipe.backend`` cannot run here (emulated always can)."""
-    if recipe.backend == "te":
-        _require_te(recipe)
-    elif recipe.backend == "torch":
-        reason = native_unavailable_reason(recipe, device)
-        if reason is not None:
-            raise BackendUnavailableError(f"recipe {recipe.name!r}, backend 'torch': {reason}")
-    elif recipe.backend == "cpu_bf16":
-        reason = cpu_bf16_unavailable_reason(recipe, device)
-        if reason is not None:
-            raise BackendUnavailableError(f"recipe {recipe.name!r}, backend 'cpu_bf16': {reason}")
-
-
 def _require_te(recipe: QuantRecipe):
-    reason = te_unavailable_reason(recipe)
-    if reason is not None:
-        raise BackendUnavailableError(f"recipe {recipe.name!r}: {reason}. {_TE_REQUIREMENTS}")
+    """(transformer_engine.pytorch, TE's recipe object for ``recipe``); BackendUnavailableError, saying what TE
+    needs, where backend te cannot run ``recipe`` here (the registry's answer, decided once per process)."""
+    registry.require("te", recipe)
     import transformer_engine.pytorch as te
     from transformer_engine.common import recipe as te_recipes
 
@@ -299,30 +287,21 @@ def te_row_multiple(recipe: QuantRecipe) -> int:
 def make_quantized_layer(
     linear: nn.Linear,
     recipe: QuantRecipe,
+    backend: str,
     *,
     name: str,
     shared_inputs: Optional[_SharedInputQuantization],
     weight: Optional[torch.Tensor] = None,
     bias: Optional[torch.Tensor] = None,
 ) -> nn.Module:
-    """The backend's replacement for `linear`, its weights quantized from `weight` and `bias` (default:
-    `linear`'s own; quantized_copy passes the policy's, `linear` then holding a meta-device stand-in)."""
+    """Backend ``backend``'s replacement for `linear` (its ``make_layer``, solbench.quant.registry), its weights
+    quantized from `weight` and `bias` (default: `linear`'s own; quantized_copy passes the policy's, `linear` then
+    holding a meta-device stand-in)."""
     weight = linear.weight if weight is None else weight
     bias = linear.bias if bias is None else bias
-    if recipe.backend == "te":
-        return TELinear(linear, recipe, name=name, weight=weight, bias=bias)
-    if recipe.backend == "torch":
-        layer = NativeLinear(linear.in_features, linear.out_features, bias is not None, recipe, name=name,
-                             dtype=weight.dtype, device=weight.device, shared_inputs=shared_inputs)
-        layer.load_weight(weight, bias)
-        return layer
-    if recipe.backend == "cpu_bf16":
-        layer = CpuBf16Linear(linear.in_features, linear.out_features, bias is not None, recipe, name=name,
-                              dtype=weight.dtype, device=weight.device, shared_inputs=shared_inputs)
-        layer.load_weight(weight, bias)
-        return layer
-    return QuantLinear.from_linear(linear, recipe, name=name, shared_inputs=shared_inputs, weight=weight, bias=bias)
+    return registry.get_backend(backend).make_layer(linear, recipe, name=name, shared_inputs=shared_inputs,
+                                                    weight=weight, bias=bias)
 
 
-
+#: The built-in backends' layer classes (a registered backend's own: solbench.quant.registry.layer_types()).
 QUANTIZED_LAYER_TYPES: Tuple[type, ...] = (QuantLinear, TELinear, NativeLinear, CpuBf16Linear)

@@ -21,7 +21,8 @@ from typing import Dict, Iterable, List, Optional, Union
 import torch
 import torch.nn as nn
 
-from .layers import QUANTIZED_LAYER_TYPES, _SharedInputQuantization, make_quantized_layer, require_backend
+from . import registry
+from .layers import _SharedInputQuantization, make_quantized_layer
 from .recipes import QuantRecipe, get_recipe
 
 __all__ = [
@@ -52,6 +53,7 @@ class LayerQuantization:
 class _CopyInfo:
     recipe: QuantRecipe
     layers: List[LayerQuantization]
+    backend: str = ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,16 +187,20 @@ def quantized_copy(
     model: nn.Module,
     recipe: Union[str, QuantRecipe],
     *,
+    backend: Optional[str] = None,
     share_input_quantization: bool = True,
     share_frozen: bool = True,
 ) -> nn.Module:
-    """A deep copy of `model` whose nn.Linear layers run in `recipe`'s precision.
+    """A deep copy of `model` whose nn.Linear layers run in `recipe`'s precision on `backend`'s kernels.
 
     Args:
         model: the policy: any nn.Module, possibly a peft `PeftModel` or a model with LoRA
             adapters injected. It is not modified.
         recipe: a `QuantRecipe` or a name from `RECIPES` ("nvfp4_flux", "nvfp4_tiny", ...).
-        share_input_quantization: emulated, cpu_bf16 and torch (scaled matmul) backends. Layers fed the very same activation
+        backend: a registered backend's name (solbench.quant.registry; None: the fallback, emulation). One that
+            cannot run the recipe here raises BackendUnavailableError saying why (decided once per process).
+        share_input_quantization: backends whose layers share it (``Backend.shares_inputs``: emulated,
+            cpu_bf16 and torch's scaled matmul). Layers fed the very same activation
             tensor (q/k/v projections) quantize it once; results are bit-identical. Turn off
             under torch.compile, which cannot trace the identity check.
         share_frozen: the copy reuses (does not copy) the frozen parameters of layers it keeps in
@@ -209,16 +215,17 @@ def quantized_copy(
     """
     root = _policy_root(model)
     recipe = recipe_for_model(recipe, root)
-    if recipe.backend != "emulated":  # fail at once, even if the recipe ends up quantizing no layer
-        require_backend(recipe, next((p.device for p in root.parameters()), None))
+    kernels = registry.get_backend(backend) if backend is not None else registry.fallback()
+    # fail at once, even if the recipe ends up quantizing no layer
+    registry.require(kernels.name, recipe, next((p.device for p in root.parameters()), None))
     tuners = _tuner_layers(root)
     # The Linears the copy quantizes, by their base name, with the full-precision module that holds
     # their weight in the policy (a peft layer's base_layer). Their weights are never deep-copied:
     # the copy gets a meta-device stand-in and the quantized layer is built from the policy's weight
     # (or, for an adapted layer, from W + scale * B @ A formed for that one layer and dropped after).
     # Copying them first cost a full-precision transformer's worth of transient memory (+23 GB on FLUX).
-    quantized = {name: linear for name, linear in _base_linears(root, tuners).items() if quantizes(recipe, name, linear)}
-    memo = {id(p): p for p in _shareable_parameters(root, recipe)} if share_frozen else {}
+    quantized = {name: linear for name, linear in _base_linears(root, tuners).items() if quantizes(recipe, name, linear, kernels.name)}
+    memo = {id(p): p for p in _shareable_parameters(root, recipe, kernels.name)} if share_frozen else {}
     for linear in quantized.values():
         memo[id(linear.weight)] = nn.Parameter(torch.empty_like(linear.weight, device="meta"), requires_grad=False)
     copied = copy_module.deepcopy(root, memo)
@@ -226,8 +233,7 @@ def quantized_copy(
     for parameter in copied.parameters():
         parameter.grad = None
     copied.requires_grad_(False)
-    shared = (_SharedInputQuantization() if share_input_quantization and recipe.backend in ("emulated", "cpu_bf16", "torch")
-              else None)
+    shared = _SharedInputQuantization() if share_input_quantization and kernels.shares_inputs else None
 
     rows: List[LayerQuantization] = []
     for name, module in list(copied.named_modules()):
@@ -235,10 +241,10 @@ def quantized_copy(
             continue
         reason = recipe.skip_reason(name, module)
         if reason is None and name not in quantized:
-            reason = f"backend {recipe.backend} needs in/out features divisible by 16"
+            reason = f"backend {kernels.name} needs in/out features divisible by {kernels.feature_multiple}"
         if reason is None:
             weight = _merged_adapter_weight(name, tuners[name]) if name in tuners else quantized[name].weight
-            layer = make_quantized_layer(module, recipe, name=name, shared_inputs=shared,
+            layer = make_quantized_layer(module, recipe, kernels.name, name=name, shared_inputs=shared,
                                          weight=weight.detach(), bias=quantized[name].bias)
             _set_submodule(copied, name, layer)
             del weight
@@ -246,7 +252,7 @@ def quantized_copy(
             LayerQuantization(name, module.in_features, module.out_features, reason is None, reason or recipe.label)
         )
     copied.eval()
-    object.__setattr__(copied, _COPY_INFO_ATTR, _CopyInfo(recipe, rows))
+    object.__setattr__(copied, _COPY_INFO_ATTR, _CopyInfo(recipe, rows, kernels.name))
     return copied
 
 
@@ -294,23 +300,25 @@ def recipe_for_model(recipe: Union[str, QuantRecipe], model: nn.Module) -> Quant
     return recipe_for_config(recipe, getattr(_policy_root(model), "config", None))
 
 
-def quantizes(recipe: QuantRecipe, name: str, module) -> bool:
-    """Whether `recipe` replaces the nn.Linear `name` by a quantized layer: the one rule `quantized_copy`
-    applies and the cost projections count with (solbench.models.shares). ``module`` needs only
-    ``in_features`` and ``out_features``."""
+def quantizes(recipe: QuantRecipe, name: str, module, backend: Optional[str] = None) -> bool:
+    """Whether `recipe` on `backend` (None: the fallback, emulation) replaces the nn.Linear `name` by a quantized
+    layer: the one rule `quantized_copy` applies and the cost projections count with (solbench.models.shares): not
+    skipped by the recipe, and in/out features a multiple of the backend's ``feature_multiple``. ``module`` needs
+    only ``in_features`` and ``out_features``."""
     if recipe.skip_reason(name, module) is not None:
         return False
-    return not (recipe.backend in ("te", "torch", "cpu_bf16") and (module.in_features % 16 or module.out_features % 16))
+    multiple = (registry.get_backend(backend) if backend is not None else registry.fallback()).feature_multiple
+    return not (module.in_features % multiple or module.out_features % multiple)
 
 
-def _shareable_parameters(root: nn.Module, recipe: QuantRecipe) -> List[nn.Parameter]:
+def _shareable_parameters(root: nn.Module, recipe: QuantRecipe, backend: str) -> List[nn.Parameter]:
     """Frozen parameters the copy can reuse: outside LoRA layers and outside quantized Linears."""
     tuner_prefixes = list(_tuner_layers(root))
     shareable = []
     for name, module in root.named_modules():
         if any(name == p or name.startswith(p + ".") for p in tuner_prefixes if p):
             continue  # the copy merges the adapter into this layer's weight
-        if isinstance(module, nn.Linear) and quantizes(recipe, name, module):
+        if isinstance(module, nn.Linear) and quantizes(recipe, name, module, backend):
             continue
         shareable += [p for p in module.parameters(recurse=False) if not p.requires_grad]
     return shareable
@@ -338,10 +346,11 @@ def sync_weights(copy: nn.Module, model: nn.Module) -> None:
             ) from None
 
     inside_quantized_layers = set()  # ids of TELinear internals, refreshed by the layer itself
+    quantized_types = registry.layer_types()
     for name, module in copy.named_modules():
         if id(module) in inside_quantized_layers:
             continue
-        if isinstance(module, QUANTIZED_LAYER_TYPES):
+        if isinstance(module, quantized_types):
             inside_quantized_layers.update(id(m) for m in module.modules() if m is not module)
             bias = source(_join(name, "bias")) if module.bias is not None else None
             module.load_weight(source(_join(name, "weight")), bias)

@@ -2,7 +2,8 @@
 
 A `QuantRecipe` names the number format, the weight block shape, whether activations are
 quantized too (W4A4, the Sol-RL setting) or only weights, which layers stay in full precision
-(name patterns and a size threshold) and the backend that runs the quantized layers.
+(name patterns and a size threshold). Which kernels run the quantized layers is not the recipe's: that is the
+backend, given beside it (solbench.quant.registry; ``quantized_copy(model, recipe, backend=...)``).
 `RECIPES` holds the named recipes; `get_recipe` looks one up (with a "did you mean" on typos).
 """
 
@@ -19,7 +20,7 @@ import torch.nn as nn
 
 from .formats import FORMATS, _check_e5m2_block, _check_fp8_block, _check_mxfp4_block, _check_nvfp4_block
 
-__all__ = ["QuantRecipe", "RECIPES", "NO_RECIPE", "get_recipe", "BACKENDS", "UnknownRecipeError"]
+__all__ = ["QuantRecipe", "RECIPES", "NO_RECIPE", "get_recipe", "UnknownRecipeError"]
 
 
 class UnknownRecipeError(KeyError):
@@ -28,9 +29,6 @@ class UnknownRecipeError(KeyError):
     def __str__(self) -> str:  # KeyError would show the message in quotes
         return str(self.args[0])
 
-
-BACKENDS = ("emulated", "te", "torch", "cpu_bf16")  # "torch": solbench.quant.native (scaled matmul, no TE);
-# "cpu_bf16": solbench.quant.cpu_bf16 (the same values on the CPU's bf16 units)
 
 # Activation blocks are fixed by the format: TE quantizes activations in 1x16 blocks for NVFP4,
 # the MX spec uses 1x32, and FP8 current scaling uses one scale per tensor.
@@ -69,9 +67,6 @@ class QuantRecipe:
             width, share 1.0; FLUX's is 1000 of 3072). `for_width` turns it into min_dim =
             round(share x width); `quantized_copy` and the FLOP split do so with the model's width.
             None (the default): min_dim is the threshold as written. Not both.
-        backend: "emulated" (fake quantization in plain torch, runs anywhere), "te"
-            (TransformerEngine te.Linear on Blackwell (NVFP4) / Hopper+ (FP8) GPUs) or "torch"
-            (torch's scaled matmul on the same tensor cores, no TE: solbench.quant.native).
         nonfinite: what the quantizer does with NaN/inf in weights or activations: "error"
             (default: raise, naming the layer) or "propagate" (the affected blocks become NaN).
         rowwise: fp8 only: activations scaled per row (one scale per token) instead of per tensor.
@@ -89,7 +84,6 @@ class QuantRecipe:
     min_dim: int = 0
     min_dim_exempt: Tuple[str, ...] = ()
     min_dim_per_width: Optional[float] = None
-    backend: str = "emulated"
     nonfinite: str = "error"
     rowwise: bool = False
     description: str = ""
@@ -117,8 +111,6 @@ class QuantRecipe:
         except ValueError as exc:
             raise ValueError(f"{where}: weight_block: {exc}") from None
         object.__setattr__(self, "weight_block", block)
-        if self.backend not in BACKENDS:
-            raise ValueError(f"{where}: backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.nonfinite not in ("error", "propagate"):
             raise ValueError(f"{where}: nonfinite must be 'error' or 'propagate', got {self.nonfinite!r}")
         if not isinstance(self.min_dim, int) or isinstance(self.min_dim, bool) or self.min_dim < 0:

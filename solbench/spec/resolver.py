@@ -432,8 +432,10 @@ class _Resolver:
                 raise ConfigError(f"{where}: {err}") from None
         if cfg.device not in ("auto", "cpu", "cuda"):
             fail("device", f"must be auto, cpu or cuda, got {cfg.device!r}")
-        if cfg.quant.backend not in ("emulated", "te", "torch", "cpu_bf16", "auto"):
-            fail("quant.backend", f"must be emulated, te, torch, cpu_bf16 or auto, got {cfg.quant.backend!r}")
+        from solbench.quant.registry import check_name as backend_name_problem  # the registered backends, or auto
+
+        if backend_name_problem(cfg.quant.backend) is not None:
+            fail("quant.backend", backend_name_problem(cfg.quant.backend))
         if cfg.prompts_per_iter % cfg.world_size:
             fail("prompts_per_iter", f"{cfg.prompts_per_iter} prompt groups do not split over world_size="
                                      f"{cfg.world_size} ranks; use a multiple of {cfg.world_size}")

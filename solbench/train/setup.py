@@ -90,7 +90,7 @@ def quant_explore_fns(quant_cfg) -> ExploreFns:
         if quant_cfg.fast_accum and choice.backend != "torch":
             raise ConfigError(f"quant.fast_accum applies to backend torch's FP8 GEMM; this run explores on backend "
                               f"{choice.backend!r} (quant.backend {quant_cfg.backend!r}): remove quant.fast_accum")
-        copy = quant.quantized_copy(module, recipe.replace(backend=choice.backend))
+        copy = quant.quantized_copy(module, recipe, backend=choice.backend)
         if choice.backend == "torch":  # quant.fast_accum (q/k/v share one input quantization: quantized_copy)
             from solbench.quant.native import set_fast_accum
 
