@@ -1,7 +1,8 @@
 """Weight checks: the real models' and rewards' files in the Hugging Face cache or a local directory,
-never downloading, and the table of real models (repository, licence, sizes for the memory model).
+never downloading, and the table of real models (repository, licence, sizes for the memory model: each
+model card's ``weights``).
 
-Every component of the three real models' pipelines is checked (solbench.models.model_files: transformer,
+Every component of each real model's pipeline (its card's ``files``) is checked (solbench.models.model_files: transformer,
 VAE, text encoders, tokenizers, scheduler, each shard of sharded weights), and the reward weights of
 solbench.rewards.real; a missing one comes with its download command (solbench.models.hub).
 """
@@ -10,60 +11,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+from solbench.models import CardView
+from solbench.models.card import ModelWeights  # noqa: F401 (the doctor's name for a card's weights)
 from solbench.models.hub import download_command, hub_file, model_download_command
 from solbench.models.model_files import missing_files
 
 from .rows import FAIL, OK, WARN, Row
 
 
-@dataclass(frozen=True)
-class ModelWeights:
-    """A real model's Hugging Face repository and a memory profile for the estimates."""
-
-    key: str  # ModelConfig.name
-    label: str
-    repo_id: str
-    gated: bool
-    licence: str
-    transformer_b: float  # parameters of the policy transformer, billions
-    frozen_b: float  # text encoders + VAE, billions
-    # activation model (docs/real-models.md, "Memory per rank"): transformer blocks, hidden width,
-    # text tokens in the joint sequence, latent pixels per token side at the native resolution
-    blocks: int = 0
-    hidden: int = 0
-    text_tokens: int = 0
-    pixels_per_token: int = 16  # VAE downsampling x patch size
-    native_resolution: int = 1024
-    cfg: bool = False  # classifier-free guidance: two forwards per sample (rollouts and losses)
-    lora_params_per_rank_m: float = 0.0  # LoRA parameters per unit of rank on the default targets, millions
-    vae_decode_gb_1024: float = 1.5  # VAE decoder activation per image at 1024 px, bf16
+#: {model: ModelWeights}: each real model's card's ``weights`` (solbench/models/flux.py, sd3.py, sana.py), read live
+MODEL_WEIGHTS = CardView("weights")
 
 
-# FLUX: 19 double + 38 single blocks of width 3072, 512 T5 tokens joined to the image tokens, VAE /8
-# and 2x2 patches, guidance distilled (one forward). LoRA on to_q/k/v/to_out.0: 19 x 4 + 38 x 3 layers
-# of 3072 -> 3072, r (in + out) each. SD3.5-Large: 38 joint blocks of 2432, 77 CLIP + 256 T5 tokens, CFG;
-# LoRA on 38 x 4 layers. SANA: the linear-FFN SANA 1.0 1.6B Sol-RL trains (sana_main's model.checkpoint on the
-# Sana_1600M pipeline; solbench.models.sana_linear), 20 blocks of 2240 over image tokens only (DC-AE /32,
-# patch 1), 300 Gemma tokens by cross-attention, CFG; LoRA on 20 x 8 layers (self and cross attention).
-MODEL_WEIGHTS: dict[str, ModelWeights] = {
-    "flux": ModelWeights("flux", "FLUX.1-dev", "black-forest-labs/FLUX.1-dev", True,
-                         "FLUX.1 [dev] Non-Commercial License (accept on the model page)", 11.9, 4.9,
-                         blocks=57, hidden=3072, text_tokens=512, pixels_per_token=16, cfg=False,
-                         lora_params_per_rank_m=190 * 6144 / 1e6, vae_decode_gb_1024=1.6),
-    "sd3": ModelWeights("sd3", "SD3.5-Large", "stabilityai/stable-diffusion-3.5-large", True,
-                        "Stability AI Community License (accept on the model page)", 8.1, 5.6,
-                        blocks=38, hidden=2432, text_tokens=333, pixels_per_token=16, cfg=True,
-                        lora_params_per_rank_m=152 * 4864 / 1e6, vae_decode_gb_1024=1.6),
-    "sana": ModelWeights("sana", "SANA 1.0 1.6B (linear FFN)", "Efficient-Large-Model/Sana_1600M_1024px_BF16_diffusers",
-                         False,
-                         "see the model card (NVIDIA, non-commercial)", 1.6, 2.9,
-                         blocks=20, hidden=2240, text_tokens=0, pixels_per_token=32, cfg=True,
-                         lora_params_per_rank_m=160 * 4480 / 1e6, vae_decode_gb_1024=1.2),
-}
-EMBEDDED_MODELS = ("tiny",)  # ship with solbench: nothing to download
+#: the models that ship with solbench (their card has no weights to download: the tiny model)
+EMBEDDED_MODELS = CardView("embedded", lambda c: True if c.weights is None else None)
 
 
 def file_present(repo_or_dir: str, filename: str, cache_dir: str | os.PathLike | None = None) -> str | None:
@@ -91,11 +54,10 @@ def file_present(repo_or_dir: str, filename: str, cache_dir: str | os.PathLike |
 def default_source(key: str, checkpoint: str | None = None) -> str:
     """The repository a run of model ``key`` loads when its spec gives no model.path: SANA without
     model.checkpoint loads the adapter's own default (SANA-1.5), with one the linear-FFN pipeline."""
-    if key == "sana" and checkpoint is None:
-        from solbench.models.sana import DEFAULT_ID
-
-        return DEFAULT_ID
-    return MODEL_WEIGHTS[key].repo_id
+    weights = MODEL_WEIGHTS[key]
+    if checkpoint is None and weights.repo_without_checkpoint:
+        return weights.repo_without_checkpoint
+    return weights.repo_id
 
 
 def checkpoint_present(checkpoint: str, cache_dir: str | os.PathLike | None = None) -> str | None:

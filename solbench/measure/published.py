@@ -122,17 +122,9 @@ def build_adapter(model: str, device: torch.device | str, dtype: torch.dtype = t
                   resolution=resolution or (tiny_overrides.get("resolution") if tiny else None))
     if tiny and "max_sequence_length" in tiny_overrides:
         kwargs["max_sequence_length"] = tiny_overrides["max_sequence_length"]
-    if model == "flux":
-        from solbench.models.flux import FluxAdapter
+    from solbench.models import card
 
-        return FluxAdapter.from_components(**parts, **kwargs)
-    if model == "sd3":
-        from solbench.models.sd3 import SD3Adapter
-
-        return SD3Adapter.from_components(**parts, **kwargs)
-    from solbench.models.sana import SanaAdapter
-
-    return SanaAdapter.from_components(**parts, **kwargs)
+    return card(model).adapter.from_components(**parts, **kwargs)  # the model card's adapter class
 
 
 def build_rewards(names, device: torch.device | str, *, tiny: bool = False) -> dict:

@@ -1,47 +1,119 @@
-"""Model adapters: the ModelAdapter interface and the tiny, FLUX, SD3 and SANA adapters.
+"""Model adapters: the ModelAdapter interface, the registry of model cards and the tiny, FLUX, SD3 and SANA adapters.
 
-``build_adapter(model_cfg, device)`` turns a ModelConfig into a ready adapter. Each builder imports
-its module lazily, so the tiny model never pays for importing the real pipelines.
+Each adapter module holds its model's card (solbench.models.card.ModelCard: defaults, weights and files, FLOP
+formula, activation probe); ``cards()`` finds them and generic code reads them. ``build_adapter(model_cfg,
+device)`` turns a ModelConfig into a ready adapter with its card's builder. The adapter modules import diffusers
+lazily, so the tiny model never pays for importing the real pipelines.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
 from solbench.config import ModelConfig
 from solbench.errors import ConfigError
 from solbench.models.base import Cond, ModelAdapter, shifted_sigmas
+from solbench.models.card import OPTIONAL_SETTINGS, ModelCard
 
-__all__ = ["Cond", "ModelAdapter", "MICRO_BATCH_DEFAULTS", "build_adapter", "model_names", "resolve_full_dtype",
-           "native_resolution", "resolve_micro_batches", "shifted_sigmas", "default_lora_init", "check_model_settings",
-           "LORA_INITS", "reference_defaults"]
-
-# Per-rank micro-batches (RunConfig.micro_batch) a spec gets when it sets none: what fits an 80 GB H100
-# (and so a B200) at the native 1024 px with an FP8 explore copy, the four reward models and gradient
-# checkpointing (docs/real-models.md, "Memory per rank"; ``solbench doctor SPEC`` itemises it). None = the whole batch at once (the
-# tiny model fits any batch). The real specs in experiments/ set their own values.
-MICRO_BATCH_DEFAULTS: dict[str, dict[str, int | None]] = {
-    "tiny": {"rollout": None, "reward": None, "train": None},
-    "flux": {"rollout": 8, "reward": 32, "train": 4},
-    "sd3": {"rollout": 8, "reward": 32, "train": 4},
-    "sana": {"rollout": 32, "reward": 32, "train": 16},
-}
+__all__ = ["Cond", "ModelAdapter", "ModelCard", "MICRO_BATCH_DEFAULTS", "build_adapter", "card", "cards", "model_names",
+           "resolve_full_dtype", "native_resolution", "resolve_micro_batches", "shifted_sigmas", "default_lora_init",
+           "check_model_settings", "LORA_INITS", "reference_defaults", "setting_models", "CardView", "TEXT_MAX_LENGTH", "DEFAULT_EXPLORE_RECIPES",
+           "OPTIONAL_SETTINGS"]
 
 
-NATIVE_RESOLUTION = {"flux": 1024, "sd3": 1024, "sana": 1024}  # pixels, when model.resolution is unset
+# ---- the registry: one card per adapter module (solbench.models.card) ----------------------------
+
+_CARDS: dict[str, ModelCard] = {}
+_FINDING = False
+
+
+def cards() -> dict[str, ModelCard]:
+    """Every model's card by name, in listing order: the ``CARD`` of each module of this package, found on first
+    use (a module imports its adapter's dependencies lazily, so this loads no pipeline). Tests register a fake
+    model by adding its card to this dict."""
+    global _FINDING
+    if not _CARDS:
+        if _FINDING:
+            raise RuntimeError("solbench.models.cards() was called while the cards are being found (a models "
+                               "module reads the registry at import time; read it inside a function)")
+        import importlib
+        import pkgutil
+
+        _FINDING = True
+        try:
+            found = []
+            for info in pkgutil.iter_modules(__path__):
+                module = importlib.import_module(f"{__name__}.{info.name}")
+                if isinstance(getattr(module, "CARD", None), ModelCard):
+                    found.append(module.CARD)
+        finally:
+            _FINDING = False
+        _CARDS.update((c.name, c) for c in sorted(found, key=lambda c: (c.order, c.name)))
+    return _CARDS
+
+
+def card(name: str) -> ModelCard:
+    """The card of model ``name``; an unknown name fails with close matches."""
+    found = cards().get(name)
+    if found is None:
+        close = difflib.get_close_matches(str(name), cards(), n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"model.name: unknown model {name!r}{hint} (models: {', '.join(model_names())})")
+    return found
+
+
+class CardView(Mapping):
+    """{model: one field of its card (or what ``value`` makes of the card)} over the models whose card has it
+    (not None), read live from the registry: the per-model tables the generic modules used to keep, derived
+    from the cards."""
+
+    def __init__(self, attribute: str, value: Callable[[ModelCard], object] | None = None) -> None:
+        self.attribute = attribute
+        self.value = value or (lambda c: getattr(c, attribute))
+
+    def __getitem__(self, name: str):
+        value = self.value(cards()[name]) if name in cards() else None
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self):
+        return iter([n for n, c in cards().items() if self.value(c) is not None])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+    def __repr__(self) -> str:
+        return f"CardView({self.attribute!r}: {dict(self)!r})"
+
+
+# Per-rank micro-batches (RunConfig.micro_batch) a spec gets when it sets none (ModelCard.micro_batch): what fits
+# an 80 GB H100 (and so a B200) at the native 1024 px with an FP8 explore copy, the four reward models and gradient
+# checkpointing (docs/real-models.md, "Memory per rank"; ``solbench doctor SPEC`` itemises it). None = the whole
+# batch at once (the tiny model fits any batch). The real specs in experiments/ set their own values.
+MICRO_BATCH_DEFAULTS = CardView("micro_batch")
+
+
+#: {model: T5 / Gemma tokens of an unset model.text_max_length} (ModelCard.text_max_length; the real models')
+TEXT_MAX_LENGTH = CardView("text_max_length")
+#: {model: the explore recipe where neither a run nor a command names one} (ModelCard.explore_recipe: the recipe
+#: its paper-setting spec explores with, experiments/*_main.yaml; ``solbench fidelity``, the reports' primary
+#: fidelity claim)
+DEFAULT_EXPLORE_RECIPES = CardView("explore_recipe")
 
 
 def native_resolution(name: str) -> int | None:
     """The image side a real model generates at by default (None for the tiny model and unknown ones)."""
-    return NATIVE_RESOLUTION.get(name)
+    found = cards().get(name)
+    return None if found is None else found.native_resolution
 
 
 def resolve_micro_batches(model_name: str, micro_batch: dict,
                           method_micro_batch: int | None = None) -> dict[str, int | None]:
-    """The run's micro-batches: unset ones from MICRO_BATCH_DEFAULTS, ``train`` reconciled with the
+    """The run's micro-batches: unset ones from the model's card, ``train`` reconciled with the
     method's ``micro_batch_size`` (the same setting; one may be given, or both if equal).
 
     Raises ConfigError for a value below 1 or a conflict.
@@ -85,39 +157,39 @@ def resolve_full_dtype(name: str, device: torch.device | str) -> torch.dtype:
         raise ConfigError(f"model.full_dtype: unknown dtype {name!r} (auto, native, {', '.join(_DTYPES)})") from None
 
 
-# LoRA initialisation when finetune.lora_init is None: every reference trains its LoRA from
-# init_lora_weights="gaussian" (Sana train_scripts/sol_rl: config.train.lora_init_mode; flow_grpo
+# LoRA initialisations (ModelCard.lora_init is the model's when finetune.lora_init is None): every reference trains
+# its LoRA from init_lora_weights="gaussian" (Sana train_scripts/sol_rl: config.train.lora_init_mode; flow_grpo
 # scripts/train_sd3.py and train_flux.py; advantage_weighted_matching scripts/train_sd3_awm.py). The tiny
 # model keeps PEFT's default Kaiming-uniform init, with which its shipped results were made.
-DEFAULT_LORA_INIT = {"tiny": "kaiming", "flux": "gaussian", "sd3": "gaussian", "sana": "gaussian"}
 LORA_INITS = ("gaussian", "kaiming")
-# What a real model's unset text length and prompt instruction mean (the Sol-RL references' values).
-TEXT_MAX_LENGTH = {"flux": 128, "sd3": 128, "sana": 300}
-# Settings only some models have (ModelConfig field -> models that read it).
-MODEL_ONLY_SETTINGS = {"text_max_length": tuple(TEXT_MAX_LENGTH), "prompt_instruction": ("sana",),
-                       "checkpoint": ("sana",)}
+
+
+def setting_models(key: str) -> tuple[str, ...]:
+    """The models that read the optional ModelConfig setting ``key`` (ModelCard.settings)."""
+    return tuple(name for name, c in cards().items() if key in c.settings)
 
 
 def reference_defaults(model_name: str) -> dict[str, dict]:
     """The settings a spec leaves unset that expansion writes out for ``model_name``, by section: the
     real models' reference defaults (so a run's id reflects them); nothing for the tiny model, whose
     runs keep their ids."""
-    if model_name not in TEXT_MAX_LENGTH:
+    found = cards().get(model_name)
+    if found is None or found.text_max_length is None:
         return {}
-    model = {"text_max_length": TEXT_MAX_LENGTH[model_name]}
-    if model_name == "sana":
-        model["prompt_instruction"] = False
-    return {"model": model, "finetune": {"lora_init": default_lora_init(model_name)}}
+    model = {"text_max_length": found.text_max_length, **found.setting_defaults}
+    return {"model": model, "finetune": {"lora_init": found.lora_init}}
 
 
 def default_lora_init(model_name: str) -> str:
     """The LoRA init a run of ``model_name`` gets when finetune.lora_init is None."""
-    return DEFAULT_LORA_INIT.get(model_name, "gaussian")
+    found = cards().get(model_name)
+    return "gaussian" if found is None else found.lora_init
 
 
 def check_model_settings(cfg: ModelConfig) -> None:
     """ConfigError for a setting the model does not have (e.g. a text length on the tiny model)."""
-    for key, models in MODEL_ONLY_SETTINGS.items():
+    for key in OPTIONAL_SETTINGS:
+        models = setting_models(key)
         value = getattr(cfg, key)
         if value not in (None, False) and cfg.name not in models:
             raise ConfigError(f"model.{key}: {cfg.name!r} has no such setting (only {', '.join(models)}); remove it")
@@ -132,56 +204,13 @@ def check_model_settings(cfg: ModelConfig) -> None:
         raise ConfigError(f"model.rollout_copy must be one of {', '.join(ROLLOUT_COPY_SETTINGS)}, got {cfg.rollout_copy!r}")
 
 
-def _build_tiny(cfg: ModelConfig, device, dtype) -> ModelAdapter:
-    from solbench.models.tiny import load_tiny
-    from solbench.models.tiny_adapter import TinyAdapter
-
-    folder = None if cfg.path in (None, "pretrained", "random") else cfg.path  # load_tiny checks the folder
-    return TinyAdapter(load_tiny(pretrained=cfg.path != "random", device=device, folder=folder), device=device,
-                       full_dtype=dtype)
-
-
-def _build_flux(cfg: ModelConfig, device, dtype) -> ModelAdapter:
-    from solbench.models.flux import FluxAdapter
-
-    return FluxAdapter.from_pretrained(cfg.path, device=device, full_dtype=dtype, resolution=cfg.resolution,
-                                       cpu_offload=cfg.cpu_offload, max_sequence_length=cfg.text_max_length)
-
-
-def _build_sd3(cfg: ModelConfig, device, dtype) -> ModelAdapter:
-    from solbench.models.sd3 import SD3Adapter
-
-    return SD3Adapter.from_pretrained(cfg.path, device=device, full_dtype=dtype, resolution=cfg.resolution,
-                                      cpu_offload=cfg.cpu_offload, max_sequence_length=cfg.text_max_length)
-
-
-def _build_sana(cfg: ModelConfig, device, dtype) -> ModelAdapter:
-    from solbench.models.sana import SanaAdapter
-
-    return SanaAdapter.from_pretrained(cfg.path, device=device, full_dtype=dtype, resolution=cfg.resolution,
-                                       cpu_offload=cfg.cpu_offload, max_sequence_length=cfg.text_max_length,
-                                       prompt_instruction=bool(cfg.prompt_instruction), checkpoint=cfg.checkpoint)
-
-
-_BUILDERS: dict[str, Callable[[ModelConfig, torch.device, torch.dtype], ModelAdapter]] = {
-    "tiny": _build_tiny,
-    "flux": _build_flux,
-    "sd3": _build_sd3,
-    "sana": _build_sana,
-}
-
-
 def model_names() -> list[str]:
-    return sorted(_BUILDERS)
+    return sorted(cards())
 
 
 def build_adapter(model_cfg: ModelConfig, device: torch.device | str = "cpu") -> ModelAdapter:
-    """The adapter for ``model_cfg`` on ``device``; unknown names fail with close matches."""
-    builder = _BUILDERS.get(model_cfg.name)
-    if builder is None:
-        close = difflib.get_close_matches(model_cfg.name, _BUILDERS, n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"model.name: unknown model {model_cfg.name!r}{hint} (models: {', '.join(model_names())})")
+    """The adapter for ``model_cfg`` on ``device`` (its card's builder); unknown names fail with close matches."""
+    builder = card(model_cfg.name).build
     check_model_settings(model_cfg)
     device = torch.device(device)
     adapter = builder(model_cfg, device, resolve_full_dtype(model_cfg.full_dtype, device))

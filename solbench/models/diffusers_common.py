@@ -39,8 +39,9 @@ def load_pipeline(pipeline_cls, path: str, default_id: str, dtype: torch.dtype, 
     """
     from solbench.models.real_bounds import config_problem
 
-    model = {"FluxPipeline": "flux", "StableDiffusion3Pipeline": "sd3", "SanaPipeline": "sana"}.get(
-        pipeline_cls.__name__)
+    from solbench.models import cards
+
+    model = next((name for name, c in cards().items() if c.pipeline == pipeline_cls.__name__), None)
     problem = config_problem(model, path) if model and Path(path).expanduser().is_dir() else None
     if problem:
         raise ConfigError(f"model.path {path!r}: {problem}")
@@ -58,6 +59,13 @@ def load_pipeline(pipeline_cls, path: str, default_id: str, dtype: torch.dtype, 
             f"nothing is downloaded at run time). Get them with `{command}` "
             f"(or set model.path to a local copy).{gate} Loader said: {type(err).__name__}: {str(err).splitlines()[0][:300]}"
         ) from err
+
+
+def build_pretrained(adapter_cls, cfg, device: torch.device, dtype: torch.dtype, **extra) -> ModelAdapter:
+    """``adapter_cls.from_pretrained`` with a ModelConfig's path, resolution, offload and text length (a model
+    card's builder; ``extra``: the model's own settings)."""
+    return adapter_cls.from_pretrained(cfg.path, device=device, full_dtype=dtype, resolution=cfg.resolution,
+                                       cpu_offload=cfg.cpu_offload, max_sequence_length=cfg.text_max_length, **extra)
 
 
 def avoid_cudnn_attention() -> None:

@@ -8,9 +8,9 @@ no compute), run one forward on meta tensors of the right shapes, and let PyTorc
 work (norms, activations, RoPE) is not counted, as in the usual 2 x MACs convention. Meta tensors
 also make attention count: on real CPU tensors the fused attention kernel is invisible to the counter.
 
-The three real models' architecture configs are kept here as data (``REAL_MODELS``), transcribed from
-the ``transformer/config.json`` of their Hugging Face repositories, with the shapes of their native
-resolution and text encoders.
+Each real model's architecture config is its card's ``transformer`` (a ``RealModelSpec``, in
+solbench/models/flux.py, sd3.py, sana.py), transcribed from the ``transformer/config.json`` of its Hugging Face
+repository, with the shapes of its native resolution and text encoders; ``REAL_MODELS`` reads them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -195,63 +194,38 @@ class RealModelSpec:
         return sum(p.numel() for p in _meta_model(self.class_name, self.config).parameters())
 
 
-REAL_MODELS: dict[str, RealModelSpec] = {
-    "flux": RealModelSpec(
-        hub_id="black-forest-labs/FLUX.1-dev",
-        class_name="FluxTransformer2DModel",
-        config=dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
-                    num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768,
-                    guidance_embeds=True, axes_dims_rope=[16, 56, 56]),
-        resolution=1024, vae_factor=8, text_tokens=512, pack=2,
-    ),
-    "sd3": RealModelSpec(
-        hub_id="stabilityai/stable-diffusion-3.5-large",
-        class_name="SD3Transformer2DModel",
-        config=dict(sample_size=128, patch_size=2, in_channels=16, num_layers=38, attention_head_dim=64,
-                    num_attention_heads=38, joint_attention_dim=4096, caption_projection_dim=2432,
-                    pooled_projection_dim=2048, out_channels=16, pos_embed_max_size=192, qk_norm="rms_norm"),
-        resolution=1024, vae_factor=8, text_tokens=77 + 256,  # CLIP-L/G tokens + T5 tokens
-    ),
-    # The model Sol-RL trains on SANA (NVlabs/Sana configs/sol_rl/sana.py: Sana1.0_1600M_linear.yaml, and
-    # experiments/sana_main.yaml's model.checkpoint): SANA 1.0 1.6B (no q/k norm) with its feed-forward's
-    # two 1x1 convolutions as Linear layers, which the NVFP4 recipe quantizes (SANA-1.5's Conv2d it cannot).
-    "sana": RealModelSpec(
-        hub_id="Efficient-Large-Model/Sana_1600M_1024px_BF16_diffusers",
-        class_name="SanaTransformer2DModel",
-        config=dict(in_channels=32, out_channels=32, num_attention_heads=70, attention_head_dim=32, num_layers=20,
-                    num_cross_attention_heads=20, cross_attention_head_dim=112, cross_attention_dim=2240,
-                    caption_channels=2304, mlp_ratio=2.5, sample_size=32, patch_size=1,
-                    norm_elementwise_affine=False, norm_eps=1e-6, **{LINEAR_FFN: True}),
-        resolution=1024, vae_factor=32, text_tokens=300,  # DC-AE f32; Gemma-2 prompt length
-    ),
-}
+def _cards(attribute: str):
+    from solbench.models import CardView
+
+    return CardView(attribute)
+
+
+#: {model: RealModelSpec}: each model card's ``transformer`` (solbench/models/flux.py, sd3.py, sana.py), read live
+REAL_MODELS = _cards("transformer")
 
 
 def model_architecture(model: str, *, resolution: int | None = None, path: str | None = None,
                        text_tokens: int | None = None) -> tuple[str, dict, tuple]:
     """(diffusers class, transformer config, shape key) of a model of the registry at the shapes a run
-    uses: ``tiny`` from its weights' JSON (the shipped one, or ``path``'s), the real models from
-    ``REAL_MODELS`` at ``resolution`` (None: native) and ``text_tokens`` (None: the pipeline's maximum)."""
-    if model == "tiny":
-        from solbench.models.tiny import ASSET_NAME, TinyT2IConfig, asset_path, build_transformer
+    uses: from its card's ``architecture`` where its weights give it (the tiny model: the shipped weights'
+    JSON, or ``path``'s), else from its card's ``transformer`` at ``resolution`` (None: native) and
+    ``text_tokens`` (None: the pipeline's maximum)."""
+    from solbench.models import cards
 
-        source = (Path(path).expanduser() / f"{ASSET_NAME}.json") if path else asset_path(f"{ASSET_NAME}.json")
-        if not source.is_file():
-            raise ConfigError(f"tiny model: no {source} to read the architecture from")
-        cfg = TinyT2IConfig.from_dict(json.loads(source.read_text()))
-        with torch.device("meta"):
-            config = dict(build_transformer(cfg).config)
-        return "FluxTransformer2DModel", config, (cfg.tokens_per_side ** 2, cfg.max_length)
-    if model not in REAL_MODELS:
-        raise ConfigError(f"no architecture for model {model!r}; known: tiny, {', '.join(REAL_MODELS)}")
-    spec = REAL_MODELS[model]
+    found = cards().get(model)
+    if found is not None and found.architecture is not None:
+        return found.architecture(resolution=resolution, path=path, text_tokens=text_tokens)
+    if found is None or found.transformer is None:
+        raise ConfigError(f"no architecture for model {model!r}; known: "
+                          f"{', '.join(n for n, c in cards().items() if c.architecture or c.transformer)}")
+    spec = found.transformer
     return spec.class_name, spec.config, spec.shape_key(resolution, text_tokens)
 
 
 # ---- VAE decoders (the image each rollout sample is scored on) ---------------------------------
-#: The decoders of the real models' autoencoders, as diffusers configs: FLUX.1-dev and SD3.5 share the
-#: 16-channel AutoencoderKL layout (their vae/config.json); SANA uses the DC-AE f32c32
-#: (mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers, config.json).
+#: The decoders of the real models' autoencoders, as diffusers configs (a model card's ``vae`` names one):
+#: FLUX.1-dev and SD3.5 share the 16-channel AutoencoderKL layout (their vae/config.json); SANA uses the DC-AE
+#: f32c32 (mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers, config.json).
 VAE_CONFIGS: dict[str, tuple[str, dict, int]] = {
     "kl16": ("AutoencoderKL", dict(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 4,
                                    up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[128, 256, 512, 512],
@@ -268,7 +242,7 @@ VAE_CONFIGS: dict[str, tuple[str, dict, int]] = {
         upsample_block_type="interpolate", downsample_block_type="Conv", decoder_norm_types="rms_norm",
         decoder_act_fns="silu", scaling_factor=0.41407), 32),
 }
-MODEL_VAE = {"flux": "kl16", "sd3": "kl16", "sana": "dcae_f32c32"}
+MODEL_VAE = _cards("vae")  # {model: its card's VAE_CONFIGS key}, read live
 
 
 @functools.lru_cache(maxsize=16)

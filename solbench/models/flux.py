@@ -10,6 +10,7 @@ default (train_flux1.py's TEXT_ENCODER_MAX_SEQ_LEN; model.text_max_length; the p
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -17,14 +18,17 @@ from torch import Tensor, nn
 
 from solbench.models import flops
 from solbench.models.base import Cond, net_dtype
-from solbench.models.diffusers_common import DiffusersAdapter, load_pipeline
+from solbench.models.card import ModelCard, ModelWeights, Probe
+from solbench.models.diffusers_common import DiffusersAdapter, build_pretrained, load_pipeline
+from solbench.models.model_files import CLIP_TOKENIZER, DIFFUSERS_MODEL, SCHEDULER, T5_TOKENIZER, TEXT_MODEL
 
 DEFAULT_ID = "black-forest-labs/FLUX.1-dev"
+TEXT_MAX_LENGTH = 128  # T5 tokens: Sol-RL's train_flux1.py and flow_grpo's train_flux.py encode 128
 
 
 class FluxAdapter(DiffusersAdapter):
     name = "flux"
-    max_sequence_length = 128  # T5 tokens: Sol-RL's train_flux1.py and flow_grpo's train_flux.py encode 128
+    max_sequence_length = TEXT_MAX_LENGTH
 
     def __init__(self, pipe, *, device="cpu", full_dtype=torch.float32, resolution: int | None = None,
                  cpu_offload: bool = False, max_sequence_length: int | None = None) -> None:
@@ -102,3 +106,36 @@ class FluxAdapter(DiffusersAdapter):
         _, h, w = self.latent_shape
         return flops.flux_forward_flops(dict(self.transformer.config), image_tokens=(h // 2) * (w // 2),
                                         text_tokens=self.max_sequence_length)
+
+
+CARD = ModelCard(
+    name="flux", order=1, build=functools.partial(build_pretrained, FluxAdapter), adapter=FluxAdapter,
+    pipeline="FluxPipeline", explore_recipe="nvfp4_flux", lora_init="gaussian",
+    micro_batch={"rollout": 8, "reward": 32, "train": 4}, native_resolution=1024,
+    text_max_length=TEXT_MAX_LENGTH, settings=("text_max_length",),
+    # 19 double + 38 single blocks of width 3072, 512 T5 tokens joined to the image tokens, VAE /8 and 2x2
+    # patches, guidance distilled (one forward). LoRA on to_q/k/v/to_out.0: 19 x 4 + 38 x 3 layers of
+    # 3072 -> 3072, r (in + out) each.
+    weights=ModelWeights("flux", "FLUX.1-dev", DEFAULT_ID, True,
+                         "FLUX.1 [dev] Non-Commercial License (accept on the model page)", 11.9, 4.9,
+                         blocks=57, hidden=3072, text_tokens=512, pixels_per_token=16, cfg=False,
+                         lora_params_per_rank_m=190 * 6144 / 1e6, vae_decode_gb_1024=1.6),
+    # FluxPipeline: CLIP-L (text_encoder) and T5-XXL (text_encoder_2)
+    files={"transformer": DIFFUSERS_MODEL, "vae": DIFFUSERS_MODEL, "text_encoder": TEXT_MODEL,
+           "text_encoder_2": TEXT_MODEL, "tokenizer": CLIP_TOKENIZER, "tokenizer_2": T5_TOKENIZER,
+           "scheduler": SCHEDULER},
+    transformer=flops.RealModelSpec(
+        hub_id=DEFAULT_ID,
+        class_name="FluxTransformer2DModel",
+        config=dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
+                    num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768,
+                    guidance_embeds=True, axes_dims_rope=[16, 56, 56]),
+        resolution=1024, vae_factor=8, text_tokens=512, pack=2,
+    ),
+    vae="kl16",
+    # 2 heads x 128 (rotary axes 16 + 56 + 56 kept); T5 / pooled CLIP inputs narrowed with the width
+    probe=Probe({"num_attention_heads": 2, "num_layers": 2, "num_single_layers": 2, "joint_attention_dim": 64,
+                 "pooled_projection_dim": 64}, 256, "flux", {16: 8, 64: 16},
+                block_count=lambda kind, config: config["num_single_layers"] if kind.startswith("FluxSingle")
+                else config["num_layers"]),
+)

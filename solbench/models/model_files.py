@@ -6,8 +6,8 @@ of them here, so a download that lacks a text encoder (an interrupted ``hf downl
 ``--include``) fails the doctor instead of the run at launch. Sharded weights are checked shard by
 shard: an index names its shards (``weight_map``) and every one must be there.
 
-The layouts are those of the published repositories (FLUX.1-dev, SD3.5-Large, SANA 1.0 and SANA-1.5 1.6B in
-diffusers format); ``a|b`` means either file.
+Each model card's ``files`` gives its layout (that of the published repository in diffusers format: FLUX.1-dev,
+SD3.5-Large, SANA 1.0 and SANA-1.5 1.6B), built from the component layouts here; ``a|b`` means either file.
 """
 
 from __future__ import annotations
@@ -17,31 +17,24 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["COMPONENTS", "missing_files"]
+from solbench.models import CardView, card
+
+__all__ = ["COMPONENTS", "missing_files", "DIFFUSERS_MODEL", "TEXT_MODEL", "CLIP_TOKENIZER", "T5_TOKENIZER",
+           "GEMMA_TOKENIZER", "SCHEDULER"]
 
 _DIFFUSERS_WEIGHTS = "diffusion_pytorch_model.safetensors.index.json|diffusion_pytorch_model.safetensors"
 _WEIGHTS = "model.safetensors.index.json|model.safetensors"
-_DIFFUSERS_MODEL = ("config.json", _DIFFUSERS_WEIGHTS)
-_TEXT_MODEL = ("config.json", _WEIGHTS)
-_CLIP_TOKENIZER = ("tokenizer_config.json", "vocab.json", "merges.txt")
-_T5_TOKENIZER = ("tokenizer_config.json", "spiece.model|tokenizer.json")
-_GEMMA_TOKENIZER = ("tokenizer_config.json", "tokenizer.model|tokenizer.json")
-_SCHEDULER = ("scheduler_config.json",)
+# The component layouts a model card's ``files`` is made of (component folder -> these files)
+DIFFUSERS_MODEL = ("config.json", _DIFFUSERS_WEIGHTS)
+TEXT_MODEL = ("config.json", _WEIGHTS)
+CLIP_TOKENIZER = ("tokenizer_config.json", "vocab.json", "merges.txt")
+T5_TOKENIZER = ("tokenizer_config.json", "spiece.model|tokenizer.json")
+GEMMA_TOKENIZER = ("tokenizer_config.json", "tokenizer.model|tokenizer.json")
+SCHEDULER = ("scheduler_config.json",)
 
-#: model key -> {component folder: files it must hold}
-COMPONENTS: dict[str, dict[str, tuple[str, ...]]] = {
-    # FluxPipeline: CLIP-L (text_encoder) and T5-XXL (text_encoder_2)
-    "flux": {"transformer": _DIFFUSERS_MODEL, "vae": _DIFFUSERS_MODEL, "text_encoder": _TEXT_MODEL,
-             "text_encoder_2": _TEXT_MODEL, "tokenizer": _CLIP_TOKENIZER, "tokenizer_2": _T5_TOKENIZER,
-             "scheduler": _SCHEDULER},
-    # StableDiffusion3Pipeline: CLIP-L, CLIP-G (text_encoder_2) and T5-XXL (text_encoder_3)
-    "sd3": {"transformer": _DIFFUSERS_MODEL, "vae": _DIFFUSERS_MODEL, "text_encoder": _TEXT_MODEL,
-            "text_encoder_2": _TEXT_MODEL, "text_encoder_3": _TEXT_MODEL, "tokenizer": _CLIP_TOKENIZER,
-            "tokenizer_2": _CLIP_TOKENIZER, "tokenizer_3": _T5_TOKENIZER, "scheduler": _SCHEDULER},
-    # SanaPipeline: Gemma-2 2B
-    "sana": {"transformer": _DIFFUSERS_MODEL, "vae": _DIFFUSERS_MODEL, "text_encoder": _TEXT_MODEL,
-             "tokenizer": _GEMMA_TOKENIZER, "scheduler": _SCHEDULER},
-}
+
+#: model key -> {component folder: files it must hold}: each model card's ``files``, read live
+COMPONENTS = CardView("files")
 
 
 def missing_files(model: str, find: Callable[[str], str | None], *, transformer_weights: bool = True) -> list[str]:
@@ -54,7 +47,7 @@ def missing_files(model: str, find: Callable[[str], str | None], *, transformer_
     then each component's files, then the shards its weight indices name.
     """
     missing = [] if find("model_index.json") else ["model_index.json"]
-    for folder, files in COMPONENTS[model].items():
+    for folder, files in card(model).files.items():
         if folder == "transformer" and not transformer_weights:
             files = ("config.json",)
         for name in files:

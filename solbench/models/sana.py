@@ -24,7 +24,10 @@ from torch import Tensor, nn
 
 from solbench.models import flops
 from solbench.models.base import Cond, net_dtype
-from solbench.models.diffusers_common import DiffusersAdapter, load_pipeline
+from solbench.models.card import ModelCard, ModelWeights, Probe
+from solbench.models.diffusers_common import DiffusersAdapter, build_pretrained, load_pipeline
+from solbench.models.model_files import DIFFUSERS_MODEL, GEMMA_TOKENIZER, SCHEDULER, TEXT_MODEL
+from solbench.models.sana_linear import DEFAULT_PIPELINE
 
 DEFAULT_ID = "Efficient-Large-Model/SANA1.5_1.6B_1024px_diffusers"
 
@@ -126,3 +129,44 @@ class SanaAdapter(DiffusersAdapter):
         _, h, w = self.latent_shape
         return flops.sana_forward_flops(dict(self.transformer.config), latent_hw=(h, w),
                                         text_tokens=self.max_sequence_length)
+
+
+def _build(cfg, device, dtype) -> SanaAdapter:
+    return build_pretrained(SanaAdapter, cfg, device, dtype, prompt_instruction=bool(cfg.prompt_instruction),
+                            checkpoint=cfg.checkpoint)
+
+
+CARD = ModelCard(
+    name="sana", order=3, build=_build, adapter=SanaAdapter, pipeline="SanaPipeline", explore_recipe="nvfp4_sana",
+    lora_init="gaussian", micro_batch={"rollout": 32, "reward": 32, "train": 16}, native_resolution=1024,
+    text_max_length=SanaAdapter.max_sequence_length,
+    settings=("text_max_length", "prompt_instruction", "checkpoint"), setting_defaults={"prompt_instruction": False},
+    # The linear-FFN SANA 1.0 1.6B Sol-RL trains (sana_main's model.checkpoint on the Sana_1600M pipeline;
+    # solbench.models.sana_linear), 20 blocks of 2240 over image tokens only (DC-AE /32, patch 1), 300 Gemma
+    # tokens by cross-attention, CFG; LoRA on 20 x 8 layers (self and cross attention). Without model.checkpoint
+    # a run loads the adapter's own default (SANA-1.5).
+    weights=ModelWeights("sana", "SANA 1.0 1.6B (linear FFN)", DEFAULT_PIPELINE, False,
+                         "see the model card (NVIDIA, non-commercial)", 1.6, 2.9,
+                         blocks=20, hidden=2240, text_tokens=0, pixels_per_token=32, cfg=True,
+                         lora_params_per_rank_m=160 * 4480 / 1e6, vae_decode_gb_1024=1.2,
+                         repo_without_checkpoint=DEFAULT_ID),
+    # SanaPipeline: Gemma-2 2B
+    files={"transformer": DIFFUSERS_MODEL, "vae": DIFFUSERS_MODEL, "text_encoder": TEXT_MODEL,
+           "tokenizer": GEMMA_TOKENIZER, "scheduler": SCHEDULER},
+    # The model Sol-RL trains on SANA (NVlabs/Sana configs/sol_rl/sana.py: Sana1.0_1600M_linear.yaml, and
+    # experiments/sana_main.yaml's model.checkpoint): SANA 1.0 1.6B (no q/k norm) with its feed-forward's
+    # two 1x1 convolutions as Linear layers, which the NVFP4 recipe quantizes (SANA-1.5's Conv2d it cannot).
+    transformer=flops.RealModelSpec(
+        hub_id=DEFAULT_PIPELINE,
+        class_name="SanaTransformer2DModel",
+        config=dict(in_channels=32, out_channels=32, num_attention_heads=70, attention_head_dim=32, num_layers=20,
+                    num_cross_attention_heads=20, cross_attention_head_dim=112, cross_attention_dim=2240,
+                    caption_channels=2304, mlp_ratio=2.5, sample_size=32, patch_size=1,
+                    norm_elementwise_affine=False, norm_eps=1e-6, **{flops.LINEAR_FFN: True}),
+        resolution=1024, vae_factor=32, text_tokens=300,  # DC-AE f32; Gemma-2 prompt length
+    ),
+    vae="dcae_f32c32",
+    # 7 self-attention heads x 32, 2 cross-attention heads x 112 (width 224), MLP ratio 2.5 kept
+    probe=Probe({"num_attention_heads": 7, "num_cross_attention_heads": 2, "cross_attention_dim": 224,
+                 "caption_channels": 64, "num_layers": 2}, 224, "sana", {16: 4, 64: 8}),
+)

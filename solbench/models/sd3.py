@@ -11,21 +11,26 @@ pipeline encodes its default negative prompt); the sigma shift is the scheduler'
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor, nn
 
 from solbench.models import flops
 from solbench.models.base import Cond, net_dtype
-from solbench.models.diffusers_common import DiffusersAdapter, load_pipeline
+from solbench.models.card import ModelCard, ModelWeights, Probe
+from solbench.models.diffusers_common import DiffusersAdapter, build_pretrained, load_pipeline
+from solbench.models.model_files import CLIP_TOKENIZER, DIFFUSERS_MODEL, SCHEDULER, T5_TOKENIZER, TEXT_MODEL
 
 DEFAULT_ID = "stabilityai/stable-diffusion-3.5-large"
+TEXT_MAX_LENGTH = 128  # T5 tokens: Sol-RL's train_sd3.py and flow_grpo's train_sd3.py encode 128
 
 
 class SD3Adapter(DiffusersAdapter):
     name = "sd3"
     guidance_mode = "cfg"
     default_guidance = 4.5  # FlowGRPO's SD3.5 rollout CFG
-    max_sequence_length = 128  # T5 tokens: Sol-RL's train_sd3.py and flow_grpo's train_sd3.py encode 128
+    max_sequence_length = TEXT_MAX_LENGTH
 
     def __init__(self, pipe, *, device="cpu", full_dtype=torch.float32, resolution: int | None = None,
                  cpu_offload: bool = False, max_sequence_length: int | None = None) -> None:
@@ -80,3 +85,35 @@ class SD3Adapter(DiffusersAdapter):
         _, h, w = self.latent_shape
         text_tokens = self.encode([self.uncond_prompt])["prompt_embeds"].shape[1]
         return flops.sd3_forward_flops(dict(self.transformer.config), latent_hw=(h, w), text_tokens=text_tokens)
+
+
+CARD = ModelCard(
+    name="sd3", order=2, build=functools.partial(build_pretrained, SD3Adapter), adapter=SD3Adapter,
+    pipeline="StableDiffusion3Pipeline", explore_recipe="nvfp4_sd3", lora_init="gaussian",
+    micro_batch={"rollout": 8, "reward": 32, "train": 4}, native_resolution=1024,
+    text_max_length=TEXT_MAX_LENGTH, text_prefix_tokens=77,  # the prompt embeddings put CLIP-L/G's 77 before T5's
+    settings=("text_max_length",),
+    # SD3.5-Large: 38 joint blocks of 2432, 77 CLIP + 256 T5 tokens, CFG; LoRA on 38 x 4 layers.
+    weights=ModelWeights("sd3", "SD3.5-Large", DEFAULT_ID, True,
+                         "Stability AI Community License (accept on the model page)", 8.1, 5.6,
+                         blocks=38, hidden=2432, text_tokens=333, pixels_per_token=16, cfg=True,
+                         lora_params_per_rank_m=152 * 4864 / 1e6, vae_decode_gb_1024=1.6),
+    # StableDiffusion3Pipeline: CLIP-L, CLIP-G (text_encoder_2) and T5-XXL (text_encoder_3)
+    files={"transformer": DIFFUSERS_MODEL, "vae": DIFFUSERS_MODEL, "text_encoder": TEXT_MODEL,
+           "text_encoder_2": TEXT_MODEL, "text_encoder_3": TEXT_MODEL, "tokenizer": CLIP_TOKENIZER,
+           "tokenizer_2": CLIP_TOKENIZER, "tokenizer_3": T5_TOKENIZER, "scheduler": SCHEDULER},
+    transformer=flops.RealModelSpec(
+        hub_id=DEFAULT_ID,
+        class_name="SD3Transformer2DModel",
+        config=dict(sample_size=128, patch_size=2, in_channels=16, num_layers=38, attention_head_dim=64,
+                    num_attention_heads=38, joint_attention_dim=4096, caption_projection_dim=2432,
+                    pooled_projection_dim=2048, out_channels=16, pos_embed_max_size=192, qk_norm="rms_norm"),
+        resolution=1024, vae_factor=8, text_tokens=77 + 256,  # CLIP-L/G tokens + T5 tokens
+    ),
+    vae="kl16",
+    # 4 heads x 64; three blocks: two joint ones and the last, context-pre-only one (SD3.5-Large's 38th)
+    probe=Probe({"num_attention_heads": 4, "num_layers": 3, "caption_projection_dim": 256, "joint_attention_dim": 64,
+                 "pooled_projection_dim": 64, "pos_embed_max_size": 32}, 256, "sd3", {16: 8, 64: 16},
+                block_count=lambda kind, config: 1 if kind.endswith("(context_pre_only)") else config["num_layers"] - 1,
+                last_block_suffix="(context_pre_only)"),
+)

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from solbench.models import flops
 from solbench.models.base import Cond, ModelAdapter
+from solbench.models.card import ModelCard
 
 
 class TinyAdapter(ModelAdapter):
@@ -53,3 +54,37 @@ class TinyAdapter(ModelAdapter):
             self._flops = flops.flux_forward_flops(
                 dict(self.transformer.config), image_tokens=cfg.tokens_per_side**2, text_tokens=cfg.max_length)
         return self._flops
+
+
+def _build(cfg, device, dtype) -> TinyAdapter:
+    from solbench.models.tiny import load_tiny
+
+    folder = None if cfg.path in (None, "pretrained", "random") else cfg.path  # load_tiny checks the folder
+    return TinyAdapter(load_tiny(pretrained=cfg.path != "random", device=device, folder=folder), device=device,
+                       full_dtype=dtype)
+
+
+def _architecture(*, resolution: int | None = None, path: str | None = None,
+                  text_tokens: int | None = None) -> tuple[str, dict, tuple]:
+    """The tiny transformer's (class, config, shape key) from its weights' JSON (the shipped one, or ``path``'s);
+    it samples at one resolution and text length, so the other arguments do not change it."""
+    import json
+    from pathlib import Path
+
+    from solbench.errors import ConfigError
+    from solbench.models.tiny import ASSET_NAME, TinyT2IConfig, asset_path, build_transformer
+
+    source = (Path(path).expanduser() / f"{ASSET_NAME}.json") if path else asset_path(f"{ASSET_NAME}.json")
+    if not source.is_file():
+        raise ConfigError(f"tiny model: no {source} to read the architecture from")
+    cfg = TinyT2IConfig.from_dict(json.loads(source.read_text()))
+    with torch.device("meta"):
+        config = dict(build_transformer(cfg).config)
+    return "FluxTransformer2DModel", config, (cfg.tokens_per_side ** 2, cfg.max_length)
+
+
+# Embedded (nothing to download or check), whole batches (it fits any), PEFT's default Kaiming-uniform LoRA init
+# (its shipped results were made with it), FLUX.1's explore rule scaled to its width; no settings of the real
+# models (text length, instruction, checkpoint) and no reference defaults written out, so its runs keep their ids.
+CARD = ModelCard(name="tiny", order=9, build=_build, adapter=TinyAdapter, explore_recipe="nvfp4_tiny_flux",
+                 lora_init="kaiming", architecture=_architecture)

@@ -60,12 +60,10 @@ def _rollout_spec(cfg: RunConfig):
 def _text_max_length(cfg: RunConfig) -> int | None:
     if cfg.model.text_max_length is not None:
         return cfg.model.text_max_length
-    from solbench.models.flux import FluxAdapter
-    from solbench.models.sana import SanaAdapter
-    from solbench.models.sd3 import SD3Adapter
+    from solbench.models import cards
 
-    adapter = {"flux": FluxAdapter, "sd3": SD3Adapter, "sana": SanaAdapter}.get(cfg.model.name)
-    return None if adapter is None else adapter.max_sequence_length
+    found = cards().get(cfg.model.name)
+    return None if found is None else found.text_max_length  # the adapter's default (its model card's)
 
 
 def _recipe(cfg: RunConfig):
@@ -214,15 +212,15 @@ def _leaves(node: Any, prefix: str) -> list[str]:
 
 def run_settings(cfg: RunConfig) -> list[str]:
     """Every setting of ``cfg`` that changes what it computes, by enumeration (module docstring)."""
-    from solbench.models import MODEL_ONLY_SETTINGS
+    from solbench.models import OPTIONAL_SETTINGS, setting_models
 
     explore = "explore" in _method(cfg).nets
     out: list[str] = []
     for path in _leaves(cfg, ""):
         if path in NOT_RESULTS:
             continue
-        if path.startswith("model.") and path[len("model."):] in MODEL_ONLY_SETTINGS \
-                and cfg.model.name not in MODEL_ONLY_SETTINGS[path[len("model."):]]:
+        if path.startswith("model.") and path[len("model."):] in OPTIONAL_SETTINGS \
+                and cfg.model.name not in setting_models(path[len("model."):]):
             continue
         out += COVERED.get(path, (path,))
     out += SETTINGS
