@@ -1,60 +1,25 @@
-"""The memory model: GPU memory per rank, itemised for the largest run of each model (``memory_items``),
-host memory per node, and the check of both against this machine and against B200/H100.
-
-Items: weights per copy (policy, LoRA and optimizer, explore copy at its format's bits, text
-encoders/VAE), reward models (one instance each), the prompt cache, activations per phase at the
-spec's micro-batches and resolution (solbench.models.activations), and a fixed overhead. The estimates are
-rough (+-20 %): they catch "this cannot fit" and show what each setting costs, not fine margins
-(docs/real-models.md, "Memory per rank").
+"""The memory rows: GPU memory per rank for the largest run of each model of a spec (the memory model,
+solbench.models.memory, itemises it), host memory per node, and the check of both against this machine and
+against B200/H100.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from solbench.models.activations import per_sample_gb, transformer_text_tokens
+from solbench.models.memory import (FIT_SHARE, REWARD_PARAMS_B, MemoryProfile, _bits, estimate_total_gb,  # noqa: F401
+                                    merged_copy_fits, merged_copy_gb)
+from solbench.models.memory import memory_items as _memory_items
 
 from .gpu import _gib
-from .needs import MemoryProfile, SpecNeeds
+from .needs import SpecNeeds
 from .rows import FAIL, INFO, OK, WARN, Row
 from .weights import MODEL_WEIGHTS
 
 # GPUs the docs size the real specs for: usable memory, GB
 GPU_MEMORY_GB = {"B200": 180.0, "H100": 80.0}
-FIT_SHARE = 0.95  # a run fits a GPU when its estimate is at most this share of the GPU's memory
-
-# Reward models: fp32 parameters, billions (for the memory estimate).
-REWARD_PARAMS_B = {"imagereward": 0.47, "pickscore": 0.99, "hpsv2": 0.99, "clipscore": 0.43}
-
-
-def _bits(formats: set[str]) -> float:
-    """Bits per weight of the explore copy's quantized layers, scales included."""
-    if formats & {"NVFP4"}:
-        return 4.5  # 4-bit values + an E4M3 scale per 16
-    if formats & {"MXFP4"}:
-        return 4.25  # 4-bit values + an E8M0 scale per 32
-    if "FP8" in formats:
-        return 8.0
-    return 16.0
-
-
-def merged_copy_gb(model: str) -> float:
-    """GB of a merged rollout copy of ``model`` (solbench.engine.policy): its LoRA-adapted linears in bf16, the rest
-    shared with the policy. The default targets are square projections of the model's width, so a layer with
-    r (in + out) = 2 r hidden LoRA parameters holds hidden^2 weights."""
-    mw = MODEL_WEIGHTS[model]
-    layers = mw.lora_params_per_rank_m * 1e6 / (2 * mw.hidden)
-    return layers * mw.hidden ** 2 * 2 / 1e9
-
-
-def merged_copy_fits(profile: MemoryProfile, capacity_gb: float) -> tuple[bool, float]:
-    """(whether the run fits a GPU of ``capacity_gb`` with a merged rollout copy, its estimate with the copy):
-    what model.rollout_copy: auto decides by (solbench.train.rollout_copy)."""
-    need = estimate_total_gb(memory_items(dataclasses.replace(profile, rollout_copy="merged")))
-    return need <= capacity_gb * FIT_SHARE, need
 
 
 def profile_from_needs(needs: SpecNeeds, model: str) -> MemoryProfile:
@@ -75,66 +40,11 @@ def worst_profile(needs: SpecNeeds, model: str) -> MemoryProfile:
 
 
 def memory_items(profile: MemoryProfile | SpecNeeds, model: str | None = None) -> list[tuple[str, float]]:
-    """(item, GB per rank) for one run shape: weights per copy, reward models, caches, activations at
-    its micro-batches, and allocator headroom. Rough (+-20 %), but every term the run allocates is here;
-    docs/real-models.md, "Memory per rank", derives each. (A SpecNeeds and a model name: its worst run.)
-
-    Phases run one after another, so only the largest activation term counts toward the total
-    (``estimate_total_gb``); the other activation rows are listed for reference.
-    """
+    """(item, GB per rank) of one run shape (solbench.models.memory.memory_items); a SpecNeeds and a model name:
+    its worst run."""
     if isinstance(profile, SpecNeeds):
         profile = worst_profile(profile, model)
-    p = profile
-    mw = MODEL_WEIGHTS[p.model]
-    res = p.resolution or mw.native_resolution
-    side = res // mw.pixels_per_token
-    cfg = 2 if (mw.cfg if p.cfg is None else p.cfg) else 1
-    # per sample and forward, from the blocks' measured saved tensors, inputs and working sets
-    # (solbench.models.activations: the real diffusers modules, fp32 LoRA, bf16, scaled by tokens and width)
-    acts = dict(image_tokens=side * side, text_tokens=transformer_text_tokens(p.model, p.text_max_length))
-    rollout_gb = per_sample_gb(p.model, **acts, training=False)
-    train_gb = per_sample_gb(p.model, **acts, training=True, checkpointing=p.gradient_checkpointing)
-    items: list[tuple[str, float]] = []
-    items.append(("weights/policy: policy transformer (bf16, shared by every full-precision role)", mw.transformer_b * 2))
-    if p.full_finetune:
-        items.append(("weights/full_finetune: full fine-tuning grads + AdamW states (bf16) and old/ema/reference copies",
-                      mw.transformer_b * 2 * 6))
-    else:
-        lora_m = mw.lora_params_per_rank_m * p.lora_rank
-        # policy, old and ema adapters in fp32, the policy's grads and two AdamW moments
-        items.append((f"weights/lora: LoRA r={p.lora_rank} adapters x3 + grads + AdamW (fp32)", lora_m * 1e6 * 4 * 6 / 1e9))
-    if p.explore:
-        bits = _bits(set(p.formats))
-        label = next(iter(sorted(p.formats)), "bf16") if bits < 16 else "bf16"
-        items.append((f"weights/explore_copy: explore copy ({label} quantized linears; the rest shared with the policy)",
-                      mw.transformer_b * 0.98 * bits / 8))
-    if p.rollout_copy == "merged" and not p.full_finetune:
-        items.append(("weights/rollout_copy: merged rollout copy (bf16 LoRA-adapted linears; the rest shared with the policy)",
-                      merged_copy_gb(p.model)))
-    frozen = mw.frozen_b * 2
-    items.append(("weights/frozen: text encoders + VAE (bf16)" + (", offloaded to host" if p.cpu_offload else ""),
-                  0.0 if p.cpu_offload else frozen))
-    named = sorted(r for r in p.rewards if r in REWARD_PARAMS_B)
-    items.append((f"weights/rewards: {', '.join(named) or 'none'} (fp32, one instance each, shared by training and eval)",
-                  sum(REWARD_PARAMS_B[r] * 4 for r in named)))
-    items.append(("caches/prompt_embeddings: prompt embeddings (host memory, LRU; 0 on the GPU)", 0.0))
-    items.append((f"activations/rollout: rollout, {p.rollout} samples x {cfg} forward(s) at {res} px", p.rollout * cfg * rollout_gb))
-    items.append((f"activations/decode: VAE decode, 8 images at {res} px", 8 * mw.vae_decode_gb_1024 * (res / 1024) ** 2))
-    items.append((f"activations/reward: reward, {p.reward} images (fp32 ViT)", p.reward * 0.06))
-    items.append((f"activations/train: training, {p.train} samples x {cfg} forward(s), "
-                  + ("gradient checkpointing" if p.gradient_checkpointing else "no gradient checkpointing"),
-                  p.train * cfg * train_gb))
-    if p.cpu_offload:
-        items.append(("activations/offload: text encoders + VAE on the GPU while they run (cpu_offload)", frozen))
-    items.append(("overhead/cuda: CUDA context, cuBLAS/TE workspaces, allocator fragmentation", 4.0))
-    return [(name, round(gb, 1)) for name, gb in items]
-
-
-def estimate_total_gb(items: Sequence[tuple[str, float]]) -> float:
-    """Sum of the items, counting only the largest activation phase (phases do not overlap)."""
-    acts = [gb for name, gb in items if name.startswith("activations/")]
-    rest = sum(gb for name, gb in items if not name.startswith("activations/"))
-    return round(rest + max(acts, default=0.0), 1)
+    return _memory_items(profile)
 
 
 def estimate_gpu_gb(needs: SpecNeeds) -> float:

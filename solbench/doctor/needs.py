@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .gpu import native_formats, recipe_format
+from solbench.models.memory import MemoryProfile, _runs_cfg, _whole_batch, recipe_format, run_memory_profile  # noqa: F401
+
+from .gpu import native_formats
 from .rows import FAIL, INFO, OK, WARN, Row
-from .weights import EMBEDDED_MODELS, MODEL_WEIGHTS
+from .weights import EMBEDDED_MODELS
 
 
 @dataclass
@@ -44,28 +46,6 @@ class SpecNeeds:
     resolution: dict[str, int | None] = field(default_factory=dict)  # model -> model.resolution
     prompt_files: set[str] = field(default_factory=set)  # train_prompts / eval.prompts given as files
     profiles: list["MemoryProfile"] = field(default_factory=list)  # one per distinct run shape
-
-
-@dataclass(frozen=True)
-class MemoryProfile:
-    """What one run's GPU memory depends on (solbench.doctor.memory_items)."""
-
-    model: str
-    resolution: int | None = None  # None = the model's native resolution
-    rollout: int = 1  # micro-batches per rank
-    reward: int = 1
-    train: int = 1
-    explore: bool = False
-    formats: frozenset = frozenset()
-    cpu_offload: bool = False
-    gradient_checkpointing: bool = True
-    full_finetune: bool = False
-    lora_rank: int = 32
-    rewards: frozenset = frozenset()
-    cfg: bool | None = None  # two forwards per sample (CFG); None = the model's default guidance
-    text_max_length: int | None = None  # model.text_max_length: T5 / Gemma tokens per prompt; None = default
-    rollout_copy: str = "lora"  # model.rollout_copy: merged counts the merged rollout copy; auto is resolved per GPU
-    label: str = ""  # which run(s): "sol_rl", ...
 
 
 def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
@@ -118,19 +98,8 @@ def _add_run(needs: SpecNeeds, run: Mapping[str, Any]) -> None:
         except Exception:  # an unknown method: assume the worst
             explore = True
     needs.explore = needs.explore or explore
-    if name in MODEL_WEIGHTS:
-        rewards = set((run.get("rewards") or {}).keys()) | set((run.get("eval") or {}).get("rewards") or [])
-        profile = MemoryProfile(
-            model=name, resolution=res, explore=explore, formats=frozenset([fmt] if fmt else []),
-            rollout=int(micro.get("rollout") or MICRO_BATCH_DEFAULTS.get(name, {}).get("rollout") or _whole_batch(run, "rollout")),
-            reward=int(micro.get("reward") or MICRO_BATCH_DEFAULTS.get(name, {}).get("reward") or _whole_batch(run, "reward")),
-            train=int(micro.get("train") or MICRO_BATCH_DEFAULTS.get(name, {}).get("train") or _whole_batch(run, "train")),
-            cpu_offload=bool(model.get("cpu_offload", False)),
-            gradient_checkpointing=bool(model.get("gradient_checkpointing", False)),
-            full_finetune=finetune.get("mode") == "full", lora_rank=int(finetune.get("lora_rank", 32) or 32),
-            rewards=frozenset(rewards), cfg=_runs_cfg(name, (run.get("sampling") or {}).get("guidance")),
-            text_max_length=model.get("text_max_length"), label=str(method or ""),
-            rollout_copy=str(model.get("rollout_copy", "auto")) if finetune.get("mode", "lora") == "lora" else "lora")
+    profile = run_memory_profile(run, explore=explore)
+    if profile is not None:
         same = next((p for p in needs.profiles if dataclasses.replace(p, label="") == dataclasses.replace(profile, label="")), None)
         if same is None:
             needs.profiles.append(profile)
@@ -152,17 +121,6 @@ def run_profile(run: Mapping[str, Any]) -> "MemoryProfile | None":
     needs = SpecNeeds()
     _add_run(needs, run)
     return needs.profiles[0] if needs.profiles else None
-
-
-def _whole_batch(run: Mapping[str, Any], key: str) -> int:
-    """Samples per rank one phase handles at once when its micro-batch is unset."""
-    mc = run.get("method_config") or {}
-    ranks = max(1, int(run.get("world_size", 1) or 1))
-    prompts = max(1, int(run.get("prompts_per_iter", 1) or 1) // ranks)
-    per_prompt = mc.get("n") or mc.get("group_size") or 1
-    if key == "train":
-        per_prompt = mc.get("k") or mc.get("group_size") or 1
-    return prompts * int(per_prompt)
 
 
 def spec_needs(path: str | os.PathLike) -> SpecNeeds:
@@ -235,14 +193,6 @@ def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     for k, v in over.items():
         out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
-
-
-def _runs_cfg(model: str, guidance) -> bool | None:
-    """Whether a run of ``model`` with ``sampling.guidance`` runs two forwards per sample (as
-    ModelAdapter.velocity decides: CFG models at a scale other than 1.0; None takes the model's default)."""
-    if guidance is None or model not in MODEL_WEIGHTS:
-        return None
-    return MODEL_WEIGHTS[model].cfg and float(guidance) != 1.0
 
 
 def check_prompt_files(needs: SpecNeeds) -> list[Row]:

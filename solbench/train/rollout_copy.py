@@ -3,8 +3,8 @@
 - ``merged``: a copy of the method's rollout role with its LoRA adapter merged, refreshed after every
   update (solbench.engine.policy.PolicyNets: the reference's inference copy; its refresh is timed as "sync").
 - ``lora``: the shared transformer with the role's adapter active (peft's unmerged LoRA).
-- ``auto``: on a CUDA GPU, ``merged`` where the doctor's memory model (solbench.doctor.memory_items with
-  the copy's item) says the run fits the GPU, ``lora`` where it does not; on CPU ``lora``, which keeps
+- ``auto``: on a CUDA GPU, ``merged`` where the memory model the doctor also reports (solbench.models.memory:
+  memory_items with the copy's item) says the run fits the GPU, ``lora`` where it does not; on CPU ``lora``, which keeps
   the embedded world's numbers (its results were made through the LoRA role, and a merged copy samples
   only 1.03-1.07x faster there: benchmarks/lora_rollout.py).
 
@@ -49,9 +49,11 @@ def choose_rollout_copy(cfg: RunConfig, device: torch.device | str,
     if device.type != "cuda":
         return RolloutCopyChoice(requested, "lora", "auto takes the LoRA path off CUDA (the embedded world's "
                                                     "results were made with it)")
-    from solbench.doctor import MemoryProfile, merged_copy_fits, run_profile
+    from solbench.method import get_method
+    from solbench.models.memory import MemoryProfile, merged_copy_fits, run_memory_profile
 
-    profile: MemoryProfile | None = run_profile(cfg.to_dict())
+    explores = "explore" in get_method(cfg.method).nets
+    profile: MemoryProfile | None = run_memory_profile(cfg.to_dict(), explore=explores)
     if profile is None:
         return RolloutCopyChoice(requested, "merged", f"the doctor's memory model has no {cfg.model.name} row "
                                                       "(a small model): the copy fits")
