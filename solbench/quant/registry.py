@@ -31,6 +31,8 @@ __all__ = ["Backend", "AUTO", "register", "unregister", "get_backend", "backend_
 
 #: The request that is not a backend: take the first of ``auto_order()`` that runs the recipe here.
 AUTO = "auto"
+#: auto in words, as reports name a spec's unresolved request (recorded with the run facts beside the backends').
+AUTO_LABEL = "backend auto (each run's choice in its explore.json)"
 
 
 class UnknownBackendError(ValueError):

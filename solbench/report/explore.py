@@ -6,25 +6,56 @@ backend (fake quantization in full precision, what CPU runs use) says nothing ab
 fidelity and speed number of a report names them (issue 41, item 5), from the runs' own settings
 (``p_quant.recipe``, ``p_quant.backend``), the recipe's format recorded with them (``fact_explore_format``,
 solbench.results.stored_facts) and, where a fidelity run measured it, the share of the linear multiply-accumulates its
-copy ran in low precision (``p_quant.mac_share``).
+copy ran in low precision (``p_quant.mac_share``). A backend's words and whether it computes on low-precision units
+are the runs' own record too (``fact_quant_backends``, from solbench.quant.registry where the run or collect ran):
+this module never asks the registry (``stored_backends``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
 
 from solbench.report.stored import run_fact
+from solbench.results.stored_facts import BACKENDS_FACT
 
 FORMAT_NAMES = {"none": "step budget only (full precision)", "nvfp4": "NVFP4", "mxfp4": "MXFP4", "fp8": "FP8",
                 "fp8_e5m2": "FP8 (E5M2, per tensor)"}
-BACKEND_NAMES = {"emulated": "emulated backend (fake-quantized in full precision)",
-                 "te": "TransformerEngine backend", "torch": "torch scaled-matmul backend",
-                 "cpu_bf16": "cpu_bf16 backend (the format's values on the CPU's bf16 units)",
-                 "auto": "backend auto (each run's choice in its explore.json)"}
-# Backends whose explore copy computes on low-precision units (a clock of theirs speaks to the method's speed)
-LOW_PRECISION_BACKENDS = frozenset({"te", "torch", "cpu_bf16"})
+# Results collected before the runs recorded their backends (no ``fact_quant_backends`` column, or runs that predate
+# the facts): the backends' words and low-precision units as they were when that fact was added (the four built-in
+# backends and auto). Newer results carry them per run (``stored_backends``), a backend registered since included.
+_OLDER_RESULTS_BACKENDS = {
+    "emulated": {"label": "emulated backend (fake-quantized in full precision)", "low_precision": False},
+    "te": {"label": "TransformerEngine backend", "low_precision": True},
+    "torch": {"label": "torch scaled-matmul backend", "low_precision": True},
+    "cpu_bf16": {"label": "cpu_bf16 backend (the format's values on the CPU's bf16 units)", "low_precision": True},
+    "auto": {"label": "backend auto (each run's choice in its explore.json)", "low_precision": None},
+}
+
+
+def stored_backends(runs: pd.DataFrame | None) -> dict[str, dict]:
+    """{backend: {"label", "low_precision"}} as ``runs`` recorded them (``fact_quant_backends``: the registry where
+    each run started or was collected); a name none of them recorded (results collected before the fact) keeps the
+    older results' words (``_OLDER_RESULTS_BACKENDS``)."""
+    backends = {name: dict(record) for name, record in _OLDER_RESULTS_BACKENDS.items()}
+    if runs is None or BACKENDS_FACT not in runs:
+        return backends
+    for value in run_fact(runs, BACKENDS_FACT).dropna().unique():
+        try:
+            recorded = json.loads(value)
+        except (TypeError, ValueError):
+            continue  # an unreadable record: the older words stand
+        if isinstance(recorded, dict):
+            backends.update({str(k): v for k, v in recorded.items() if isinstance(v, dict) and v.get("label")})
+    return backends
+
+
+def low_precision_backends(runs: pd.DataFrame | None) -> set[str]:
+    """The backends whose explore copy computes on low-precision units, as ``runs`` recorded them (a clock of theirs
+    speaks to the method's speed)."""
+    return {name for name, record in stored_backends(runs).items() if record.get("low_precision")}
 
 
 def recipe_format(recipe: str, fmt: str | None = None) -> str:
@@ -56,10 +87,12 @@ def recipe_formats(runs: pd.DataFrame) -> dict[str, str]:
     return {str(r): str(f) for r, f in formats.dropna().drop_duplicates("recipe").itertuples(index=False)}
 
 
-def backend_label(backend) -> str:
+def backend_label(backend, backends: dict[str, dict] | None = None) -> str:
+    """A backend in words, from ``backends`` (``stored_backends`` of the runs it ran in; None: the older results')."""
     if backend is None or (isinstance(backend, float) and math.isnan(backend)):
         return "backend not recorded"
-    return BACKEND_NAMES.get(str(backend), f"{backend} backend")
+    record = (stored_backends(None) if backends is None else backends).get(str(backend))
+    return record["label"] if record else f"{backend} backend"
 
 
 def _values(runs: pd.DataFrame, column: str) -> list[str]:
@@ -82,7 +115,8 @@ def explore_text(runs: pd.DataFrame, *, with_share: pd.DataFrame | None = None) 
         parts.append(text + (f", {share}" if share else ""))
     if all(recipe == "none" for recipe in recipes):  # nothing ran in low precision: no backend to name
         return "; ".join(parts)
-    return "; ".join(parts) + ", " + (" / ".join(backend_label(b) for b in backends) or backend_label(None))
+    words = stored_backends(runs)
+    return "; ".join(parts) + ", " + (" / ".join(backend_label(b, words) for b in backends) or backend_label(None))
 
 
 def mac_share_text(fidelity_runs: pd.DataFrame, recipe: str) -> str:
@@ -117,9 +151,10 @@ def explore_backends(runs: pd.DataFrame) -> set[str]:
 
 
 def on_low_precision_units(runs: pd.DataFrame) -> bool:
-    """Whether every explore copy of ``runs`` computed on low-precision units (te, torch, cpu_bf16)."""
+    """Whether every explore copy of ``runs`` computed on low-precision units (as the runs recorded their backends:
+    ``low_precision_backends``)."""
     backends = explore_backends(runs)
-    return bool(backends) and backends <= LOW_PRECISION_BACKENDS
+    return bool(backends) and backends <= low_precision_backends(runs)
 
 
 def explore_runs(tables) -> pd.DataFrame:

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from solbench.report.explore import backend_label, recipe_formats, recipe_label
+from solbench.report.explore import backend_label, recipe_formats, recipe_label, stored_backends
 from solbench.report.plotting import arm_labels, new_figure
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import fmt_ci, mean_ci
@@ -392,6 +392,7 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
     o = tables.options
     rows, display = [], []
     formats = recipe_formats(runs)  # each recipe's format as the runs recorded it
+    backends = stored_backends(runs)  # each backend in words, as the runs recorded them
     for key, sub in g.groupby(share + reward_col, sort=False, dropna=False):
         ctx = dict(zip(share + reward_col, key))
         control = sub[sub["recipe"] == "none"]
@@ -403,7 +404,7 @@ def decomposed_fidelity(tables: Tables, groups: pd.DataFrame, runs: pd.DataFrame
             disp = {"model": ctx["model"], "checkpoint": r["checkpoint_label"].iloc[0],
                     "reward": ctx.get("reward_name", "-"), "explore steps": ctx["explore_steps"],
                     "explore": recipe_label(recipe, formats.get(recipe)),
-                    "backend": "- (full precision)" if recipe == "none" else backend_label(ctx.get("backend")),
+                    "backend": "- (full precision)" if recipe == "none" else backend_label(ctx.get("backend"), backends),
                     "low-precision share of linear MACs": mac_cell,
                     "prompts": str(len(r))}
             for col, name in (("spearman_rho", "Spearman ρ"), ("kendall_tau", "Kendall τ")):

@@ -164,7 +164,7 @@ def _cell(mean: float, lo: float, hi: float, signed: bool = False) -> str:
 @report_kind("fidelity_by_iteration", title="Ranking fidelity against training iteration", order=52)
 def fidelity_by_iteration(tables: Tables):
     """Spearman ρ of the explore copy at the base model and at checkpoints kept during training, per recipe."""
-    from solbench.report.explore import backend_label, recipe_label
+    from solbench.report.explore import backend_label, recipe_label, stored_backends
     from solbench.report.fidelity import group_fidelity, pair_candidates
 
     fid = tables.fidelity_runs
@@ -183,7 +183,8 @@ def fidelity_by_iteration(tables: Tables):
     data = data[data.groupby(["model", "recipe", "reward"])["step"].transform("nunique") > 1]
     if data.empty:
         return Note("Fidelity against iteration", "No recipe was measured at two or more training steps.")
-    backends = info.groupby("recipe")["backend"].agg(lambda b: " / ".join(sorted({backend_label(v) for v in b})))
+    words = stored_backends(fid)  # each backend in words, as the runs recorded them
+    backends = info.groupby("recipe")["backend"].agg(lambda b: " / ".join(sorted({backend_label(v, words) for v in b})))
     display = pd.DataFrame([{
         "model": r.model, "explore": recipe_label(r.recipe), "backend": backends.get(r.recipe, "-"), "reward": r.reward,
         "iteration": str(r.step) + (" (final)" if r.final else " (base model)" if r.step == 0 else ""),

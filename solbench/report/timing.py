@@ -216,12 +216,12 @@ def low_precision_note(tables: Tables, among: pd.DataFrame | None = None) -> Not
 
 def _other_backends_note(tables: Tables, judged: pd.DataFrame) -> Note:
     """The arms whose explore copies were emulated beside a judged arm on low-precision units."""
-    from solbench.report.explore import LOW_PRECISION_BACKENDS, explore_backends, explore_runs
+    from solbench.report.explore import explore_backends, explore_runs, low_precision_backends
 
     runs = explore_runs(tables)
     others = runs[~runs["run_id"].isin(judged["run_id"])]
     arms = [a for a in tables.arm_order(others)
-            if not explore_backends(others[others["arm"] == a]) <= LOW_PRECISION_BACKENDS]
+            if not explore_backends(others[others["arm"] == a]) <= low_precision_backends(runs)]
     return Note("Other arms on emulated FP4", (
         f"{len(arms)} arm(s) explored with the emulated backend (fake-quantized in full precision, slower than full "
         f"precision): {'; '.join(arms)}. Their explore seconds in the tables below say nothing about low-precision "

@@ -36,8 +36,14 @@ RUN_FACTS = {
     "fact_default_explore_recipe": "the model's default explore recipe (solbench.config.DEFAULT_EXPLORE_RECIPES)",
     "fact_eval_grid_prompts": "JSON list: the prompts of the eval grid's rows, in order",
     "fact_eval_grid_columns": "eval seeds per prompt: the eval grid's columns",
+    "fact_quant_backends": "JSON object: every quantization backend registered where the facts were recorded (at the "
+                           "run's start, or by collect for a run that predates this fact), name -> {label: the "
+                           "report's words for it, low_precision: whether its copy computes on low-precision units} "
+                           "(solbench.quant.registry), and auto's words",
     "fact_notes": "what could not be recorded, and why ('' when nothing)",
 }
+#: The run fact naming the quantization backends (results collected before it lack the column: the report says so).
+BACKENDS_FACT = "fact_quant_backends"
 
 #: The collected table of the paper models' facts: results/<experiment>/<PAPER_MODEL_FACTS>.parquet.
 PAPER_MODEL_FACTS = "paper_model_facts"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from solbench.results.stored_facts import FACTS_SCHEMA, RUN_FACTS, SCHEMA_COLUMN
+from solbench.results.stored_facts import BACKENDS_FACT, FACTS_SCHEMA, RUN_FACTS, SCHEMA_COLUMN
 
 FACTS_FILE = "facts.json"
 
@@ -45,12 +45,23 @@ def run_facts(spec: dict, *, explores: bool) -> dict[str, Any]:
     from solbench.config import DEFAULT_EXPLORE_RECIPES
 
     facts["fact_default_explore_recipe"] = DEFAULT_EXPLORE_RECIPES.get(name)
+    facts[BACKENDS_FACT] = attempt("quant backends", quant_backends_fact)
     grid = attempt("eval grid prompts", lambda: _grid(spec.get("eval") or {}))
     if grid is not None:
         facts["fact_eval_grid_prompts"] = json.dumps(grid[0])
         facts["fact_eval_grid_columns"] = grid[1]
     facts["fact_notes"] = "; ".join(notes)
     return facts
+
+
+def quant_backends_fact() -> str:
+    """``fact_quant_backends``: every registered quantization backend's label and low-precision flag, and auto's
+    words, as JSON (solbench.quant.registry; the report reads them from here, never from the registry)."""
+    from solbench.quant import registry
+
+    backends = {name: registry.get_backend(name).record() for name in registry.backend_names()}
+    backends[registry.AUTO] = {"label": registry.AUTO_LABEL, "low_precision": None}
+    return json.dumps(backends, sort_keys=True)
 
 
 def _quantized_share(model: str, recipe: str, settings: dict) -> float:
