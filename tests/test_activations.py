@@ -1,8 +1,9 @@
-"""The doctor's activation model: measured on the real diffusers blocks (solbench.models.activations).
+"""The doctor's activation model: measured on the real diffusers blocks (solbench.models.activations reads the
+shipped profiles, solbench.measure.activation_probe measures them with each model card's probe).
 
 The shipped profiles (solbench/models/published/activations.json) must be what measuring the modules
 gives now; a diffusers upgrade that changes what a block keeps fails here until the file is re-measured
-(`python -m solbench.models.activations`).
+(`python -m solbench.measure.activation_probe`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import pytest
 import torch
 
 from solbench import doctor
+from solbench.measure import activation_probe
 from solbench.models import activations
 
 
 @pytest.mark.parametrize("model", sorted(activations.PROBES))
 def test_shipped_profiles_are_what_the_modules_save(model):
     shipped = json.loads(activations.PROFILE_FILE.read_text())["models"][model]
-    assert activations.measure(model) == shipped
+    assert activation_probe.measure(model) == shipped
 
 
 class _AddOne(torch.nn.Module):
@@ -47,7 +49,7 @@ def test_every_block_input_is_counted_even_when_a_freed_one_shared_its_address()
     instead of [1.0, 1.0, 0.0], and test_shipped_profiles_are_what_the_modules_save failed on one machine
     and passed on another."""
     x = torch.randn(1, 64, 32)
-    counts = activations._count(_Chain(6), {"x": x})
+    counts = activation_probe._count(_Chain(6), {"x": x})
     assert [c["inputs"] for c in counts.values()] == [x.untyped_storage().nbytes()] * 6
 
 

@@ -165,7 +165,7 @@ def test_default_explore_recipe_is_the_one_the_models_main_spec_explores_with(mo
     was traced to its own (nvfp4_sd3): a fidelity number for a copy no run of that model explores with."""
     from pathlib import Path
 
-    from solbench.config import DEFAULT_EXPLORE_RECIPES
+    from solbench.models import DEFAULT_EXPLORE_RECIPES
     from solbench.spec import load_spec
 
     planned = load_spec(Path(__file__).resolve().parents[1] / "experiments" / f"{spec}.yaml").runs

@@ -20,7 +20,7 @@ HELP = "rank M prompts x N seeds at both precisions from a fixed checkpoint (no 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from solbench.config import DEFAULT_EXPLORE_RECIPES
+    from solbench.models import DEFAULT_EXPLORE_RECIPES
     from solbench.fidelity.experiment import NO_QUANT
     from solbench.spec.models import SEED_LIMIT
     from solbench.machine.threads import MAX_THREADS

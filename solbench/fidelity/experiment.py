@@ -43,10 +43,11 @@ from typing import Any
 import pandas as pd
 import torch
 
-from solbench.config import DEFAULT_EXPLORE_RECIPES, ModelConfig, NumericsConfig, QuantConfig
+from solbench.config import ModelConfig, NumericsConfig, QuantConfig
 from solbench.errors import ConfigError
 from solbench.fidelity.checkpoint import Checkpoint, load_checkpoint
 from solbench.machine.threads import cpu_allocation
+from solbench.models import DEFAULT_EXPLORE_RECIPES
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
     if settings.resolution is not None:
         model_cfg.resolution = settings.resolution
     recipe = settings.recipe or (run.quant.recipe if run and "explore" in get_method(run.method).nets else None) \
-        or DEFAULT_EXPLORE_RECIPES.get(model)
+        or DEFAULT_EXPLORE_RECIPES.get(model)  # the model card's explore recipe
     if recipe is None:
         raise ConfigError(f"--recipe: no default quantization recipe for model {model!r}; name one")
     check_recipe(recipe)

@@ -49,10 +49,10 @@ def _probe_transformer(model: str) -> tuple[nn.Module, dict]:
 
 def _inputs(model: str, config: dict, image_tokens: int, text_tokens: int) -> dict:
     probe = card(model).probe
-    family = probe.inputs
+    family = _published(model)["components"]["transformer"]["class"]  # the forward's kwargs are its class's
     side = probe.latent_side[image_tokens]
     bf16 = dict(dtype=torch.bfloat16)  # dtypes as the adapters pass them (solbench.models.*._forward)
-    if family == "flux":
+    if family == "FluxTransformer2DModel":
         img_ids = torch.zeros(side // 2, side // 2, 3)
         img_ids[..., 1] = torch.arange(side // 2)[:, None]
         img_ids[..., 2] = torch.arange(side // 2)[None, :]
@@ -62,7 +62,7 @@ def _inputs(model: str, config: dict, image_tokens: int, text_tokens: int) -> di
                     timestep=torch.full((1,), 0.5, **bf16), guidance=torch.full((1,), 1.0),
                     img_ids=img_ids.reshape(-1, 3).to(torch.bfloat16), txt_ids=torch.zeros(text_tokens, 3, **bf16),
                     return_dict=False)
-    if family == "sd3":
+    if family == "SD3Transformer2DModel":
         return dict(hidden_states=torch.randn(1, config["in_channels"], side, side, **bf16),
                     encoder_hidden_states=torch.randn(1, text_tokens, config["joint_attention_dim"], **bf16),
                     pooled_projections=torch.randn(1, config["pooled_projection_dim"], **bf16),

@@ -51,14 +51,13 @@ class ModelWeights:
 @dataclass(frozen=True)
 class Probe:
     """How to run a model's transformer at small width (solbench.measure.activation_probe): config overrides
-    that keep every per-head width and ratio, the probe's width, which forward it takes (flux, sd3 or sana: the
-    transformer family; a variant such as a linear-FFN SANA reuses its family's), the latent side per
-    image-token count, the kind of a distinct last block (SD3's context-pre-only one) and how many blocks of
-    each kind the published model has."""
+    of its published config (solbench/models/published/<model>.json, whose transformer class decides the
+    forward's inputs) that keep every per-head width and ratio, the probe's width, the latent side per
+    image-token count, how many blocks of each kind the published model has and the kind of a distinct last
+    block (SD3's context-pre-only one)."""
 
     overrides: dict
     width: int
-    inputs: str  # "flux" | "sd3" | "sana": the kwargs the probe's forward is called with
     latent_side: dict  # image tokens -> latent side (height = width) of the probe's input
     block_count: Callable[[str, dict], int] = field(default=lambda kind, config: config["num_layers"])
     last_block_suffix: str | None = None  # appended to the last block's kind when it differs (SD3)
@@ -91,7 +90,7 @@ class ModelCard:
     architecture: Callable[..., tuple[str, dict, tuple]] | None = None
     vae: str | None = None  # the decoder's key in solbench.models.flops.VAE_CONFIGS
     probe: Probe | None = None  # how the activation profile is measured
-    order: int = 100  # where listings put it (the paper's order: FLUX.1, SD3.5, SANA; the tiny model last)
+    order: int = 100  # where listings put it (the tiny model first, then the paper's order: FLUX.1, SD3.5, SANA)
 
     def __post_init__(self) -> None:
         unknown = set(self.settings) - set(OPTIONAL_SETTINGS)

@@ -135,7 +135,7 @@ CARD = ModelCard(
     vae="kl16",
     # 2 heads x 128 (rotary axes 16 + 56 + 56 kept); T5 / pooled CLIP inputs narrowed with the width
     probe=Probe({"num_attention_heads": 2, "num_layers": 2, "num_single_layers": 2, "joint_attention_dim": 64,
-                 "pooled_projection_dim": 64}, 256, "flux", {16: 8, 64: 16},
+                 "pooled_projection_dim": 64}, 256, {16: 8, 64: 16},
                 block_count=lambda kind, config: config["num_single_layers"] if kind.startswith("FluxSingle")
                 else config["num_layers"]),
 )

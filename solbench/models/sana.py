@@ -168,5 +168,5 @@ CARD = ModelCard(
     vae="dcae_f32c32",
     # 7 self-attention heads x 32, 2 cross-attention heads x 112 (width 224), MLP ratio 2.5 kept
     probe=Probe({"num_attention_heads": 7, "num_cross_attention_heads": 2, "cross_attention_dim": 224,
-                 "caption_channels": 64, "num_layers": 2}, 224, "sana", {16: 4, 64: 8}),
+                 "caption_channels": 64, "num_layers": 2}, 224, {16: 4, 64: 8}),
 )

@@ -113,7 +113,7 @@ CARD = ModelCard(
     vae="kl16",
     # 4 heads x 64; three blocks: two joint ones and the last, context-pre-only one (SD3.5-Large's 38th)
     probe=Probe({"num_attention_heads": 4, "num_layers": 3, "caption_projection_dim": 256, "joint_attention_dim": 64,
-                 "pooled_projection_dim": 64, "pos_embed_max_size": 32}, 256, "sd3", {16: 8, 64: 16},
+                 "pooled_projection_dim": 64, "pos_embed_max_size": 32}, 256, {16: 8, 64: 16},
                 block_count=lambda kind, config: 1 if kind.endswith("(context_pre_only)") else config["num_layers"] - 1,
                 last_block_suffix="(context_pre_only)"),
 )

@@ -86,5 +86,5 @@ def _architecture(*, resolution: int | None = None, path: str | None = None,
 # Embedded (nothing to download or check), whole batches (it fits any), PEFT's default Kaiming-uniform LoRA init
 # (its shipped results were made with it), FLUX.1's explore rule scaled to its width; no settings of the real
 # models (text length, instruction, checkpoint) and no reference defaults written out, so its runs keep their ids.
-CARD = ModelCard(name="tiny", order=9, build=_build, adapter=TinyAdapter, explore_recipe="nvfp4_tiny_flux",
+CARD = ModelCard(name="tiny", order=0, build=_build, adapter=TinyAdapter, explore_recipe="nvfp4_tiny_flux",
                  lora_init="kaiming", architecture=_architecture)
