@@ -3,6 +3,8 @@
 Sol-RL ("FP4 Explore, BF16 Train", arXiv 2604.06916) and its baselines behind one Method interface,
 with the machinery (seeded noise, rollout engine, quantization, rewards, timing, evaluation,
 checkpoints, results, launching, reports) owned by the harness. See docs/architecture.md.
+
+Stage ``base`` (solbench/stages.py), the lowest: it imports only its own modules.
 """
 
 __version__ = "0.1.0"

@@ -10,6 +10,9 @@ damaged run.
 This package only re-exports its modules' names, one job each: ``collection`` (``collect`` to parquet) and
 ``facts`` (the facts collect adds: a run's own facts.json or those computed from its spec.json, the paper models'
 committed facts, the provenance table's deviations). Its modules import one another directly, never this package.
+
+Stage ``collect`` (solbench/stages.py): it imports its own modules and the stages below it, spec, train, method,
+engine, rewards, models, quant, world, report, results, machine, text, base.
 """
 
 from solbench.collect.collection import CollectResult, collect, flatten, iter_run_dirs

@@ -28,6 +28,9 @@ not fine margins (docs/real-models.md, "Memory per rank").
 This package: the checks, one kind a module (``gpu``, ``packages``, ``weights``, ``needs``: the spec's
 needs and its own checks, ``memory``: the memory model), their ``Row`` (``rows``), and here
 ``run_checks``, which runs them all. Every name is importable from ``solbench.doctor`` as before.
+
+Stage ``doctor`` (solbench/stages.py): it imports its own modules and the stages below it, launch, collect, spec,
+train, method, engine, rewards, models, quant, world, report, results, machine, text, base.
 """
 
 from __future__ import annotations

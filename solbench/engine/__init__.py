@@ -7,4 +7,7 @@ and the harness's clock (timing.py); distributed.py shards its work over the ran
 
 It may import the stages below it (models, rewards, quant, world, machine, results, text), never train, method
 or anything above them (tests/test_import_direction.py).
+
+Stage ``engine`` (solbench/stages.py): it imports its own modules and the stages below it, rewards, models, quant,
+world, report, results, machine, text, base.
 """

@@ -31,6 +31,9 @@ module, are ``locks`` (the run lock), ``execute`` (what runs inside a job), ``st
 from disk, waiting), ``plan`` (which runs to launch, their folders prepared), ``local`` (this
 machine: worker processes and their core shares), ``snapshot`` (code snapshots for Slurm jobs) and
 ``slurm`` (submitit job arrays). Every name is importable from ``solbench.launch`` as before.
+
+Stage ``launch`` (solbench/stages.py): it imports its own modules and the stages below it, collect, spec, train,
+method, engine, rewards, models, quant, world, report, results, machine, text, base.
 """
 
 from __future__ import annotations

@@ -2,4 +2,6 @@
 of its numerics, recorded and compared (numerics.py).
 
 A leaf stage: it imports nothing of solbench but its errors, so that every stage above may ask it.
+
+Stage ``machine`` (solbench/stages.py): it imports its own modules and the stages below it, text, base.
 """

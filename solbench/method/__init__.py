@@ -57,6 +57,9 @@ resume exactly. Rollout noise comes from the engine (solbench.engine.noise), key
 Registration: built-in methods are the modules of ``solbench.methods`` (methods/ at the repository
 root); outside packages add theirs through the entry-point group ``solbench.methods``
 (``name = "package.module:MethodClass"``). Unknown names fail with close-match suggestions.
+
+Stage ``method`` (solbench/stages.py): it imports its own modules and the stages below it, engine, rewards, models,
+quant, world, report, results, machine, text, base.
 """
 
 from __future__ import annotations

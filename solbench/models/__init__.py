@@ -4,6 +4,9 @@ Each adapter module holds its model's card (solbench.models.card.ModelCard: defa
 formula, activation probe); ``cards()`` finds them and generic code reads them. ``build_adapter(model_cfg,
 device)`` turns a ModelConfig into a ready adapter with its card's builder. The adapter modules import diffusers
 lazily, so the tiny model never pays for importing the real pipelines.
+
+Stage ``models`` (solbench/stages.py): it imports its own modules and the stages below it, quant, world, report,
+results, machine, text, base.
 """
 
 from __future__ import annotations

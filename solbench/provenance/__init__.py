@@ -31,6 +31,9 @@ seeds, rewards) must be one per spec, whatever each method trains with. The spec
 deviation (``header_block`` writes that list) and the report shows them (solbench.report.provenance).
 
 ``python -m solbench.provenance check SPEC`` prints the problems; ``... header SPEC`` the header block.
+
+Stage ``spec`` (solbench/stages.py): it imports its own modules and the stages below it, train, method, engine,
+rewards, models, quant, world, report, results, machine, text, base.
 """
 
 from __future__ import annotations

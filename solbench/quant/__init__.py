@@ -16,6 +16,9 @@ provides the pieces:
 - `error_stats`, `layer_error_report`: relative MSE / SNR, per tensor and per layer.
 
 See docs/quantization.md.
+
+Stage ``quant`` (solbench/stages.py): it imports its own modules and the stages below it, world, report, results,
+machine, text, base.
 """
 
 from . import registry

@@ -8,6 +8,9 @@ reward_hacking, dose_response,
 convergence, ranking_fidelity, fidelity_by_iteration, ablations, sweep_heatmap, sweep_cells, cost_projection,
 sample_grids.
 See docs/reports.md.
+
+Stage ``report`` (solbench/stages.py): it imports its own modules and the stages below it, results, machine, text,
+base.
 """
 
 from solbench.report.registry import Figure, Note, ReportKind, Table, get_kind, kinds, report_kind

@@ -24,6 +24,8 @@ This package only re-exports its modules' names, one job each: ``storage`` (atom
 errors, JSONL scanning), ``store`` (``RunStore``), ``env`` (``capture_env``); beside them ``stored_facts`` (the
 facts' names and schema, shared by the runs, collect and the report), ``speed_rows`` (the speed block's files and
 table) and ``checkpoint`` (checkpoint files). Its modules import one another directly, never this package.
+
+Stage ``results`` (solbench/stages.py): it imports its own modules and the stages below it, machine, text, base.
 """
 
 from solbench.results.env import _git, _package_version, capture_env

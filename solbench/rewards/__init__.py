@@ -16,6 +16,9 @@ evaluates a weighted sum and returns (total, {name: scores}).
 | jpeg_compressibility   | [-size, 0]     | minus the JPEG size in kB (DDPO)                            |
 | jpeg_incompressibility | [0, size]      | the JPEG size in kB (DDPO's opposite task)                  |
 | colorfulness           | [0, ~1.1]      | Hasler-Suesstrunk colourfulness (an aesthetic-style statistic)|
+
+Stage ``rewards`` (solbench/stages.py): it imports its own modules and the stages below it, models, quant, world,
+report, results, machine, text, base.
 """
 
 from __future__ import annotations

@@ -52,6 +52,9 @@ One job a module (this __init__ only re-exports their names):
 - speed_arms.py: the arms of a ``speed:`` block, each a method's main run (solbench.speed times them);
 - load.py: ``load_spec``, reading, validating and expanding a spec file;
 - profiles.py: launch profiles (``load_profile``, ``check_launch``).
+
+Stage ``spec`` (solbench/stages.py): it imports its own modules and the stages below it, train, method, engine,
+rewards, models, quant, world, report, results, machine, text, base.
 """
 
 from solbench.spec.load import load_spec

@@ -8,4 +8,7 @@ of an arm, timed per phase), ``block`` (rounds, rotation, the load repeat, resum
 run is the spec's (solbench/spec/speed_arms.py, checked when the spec expands); the block's files and its collected
 table are solbench/results/speed_rows.py's; the paired ratios over rounds the report reads are
 solbench/report/speed_stats.py's.
+
+Stage ``speed`` (solbench/stages.py): it imports its own modules and the stages below it, fidelity, measure, doctor,
+launch, collect, spec, train, method, engine, rewards, models, quant, world, report, results, machine, text, base.
 """

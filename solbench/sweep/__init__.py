@@ -49,6 +49,10 @@ per iteration and its interval)):
 - trials.py: the trials table (``sweep/trials.parquet``);
 - runner.py: ``Sweep`` and ``run_sweep``, the loop that runs trials (flight.py: its record of a cell and its runs
   in flight; pool.py: the local worker processes; slurm.py: cancelling a pruned Slurm job).
+
+Stage ``sweep`` (solbench/stages.py): it imports its own modules and the stages below it, speed, fidelity, measure,
+doctor, launch, collect, spec, train, method, engine, rewards, models, quant, world, report, results, machine, text,
+base.
 """
 
 from solbench.report.sweep_cell import cell_interval, cell_seeds, mean_curve, measured_iteration_seconds

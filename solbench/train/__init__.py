@@ -5,4 +5,7 @@ measured beside training (explore_gap.py) and live progress (progress.py).
 
 It drives a method (solbench.method) through the engine (solbench.engine); it never imports launch, spec or
 anything above it (tests/test_import_direction.py).
+
+Stage ``train`` (solbench/stages.py): it imports its own modules and the stages below it, method, engine, rewards,
+models, quant, world, report, results, machine, text, base.
 """

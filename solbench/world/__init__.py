@@ -6,6 +6,9 @@
 - prompts: the versioned train/eval/heldout prompt sets and `load_prompt_set`.
 
 See docs/embedded-world.md for the design and the measured numbers.
+
+Stage ``world`` (solbench/stages.py): it imports its own modules and the stages below it, report, results, machine,
+text, base.
 """
 
 from solbench.world.grammar import Requirements, caption, parse_prompt
