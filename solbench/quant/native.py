@@ -158,8 +158,9 @@ class NativeLinear(nn.Module):
     Buffers: ``codes`` (float8_e4m3fn [N, K] or packed uint8 [N, K/2]), ``scales`` (fp32 0-dim for
     FP8; swizzled float8_e4m3fn block scales for NVFP4), ``decode`` (fp32 0-dim per-tensor decode
     scale), ``bias`` (the layer's dtype). No full-precision copy of the weight is kept. Whether the
-    device runs it is checked by quantized_copy (``native_unavailable_reason``); an NVFP4 layer can be
-    built and loaded anywhere (its operands are checked on CPU), its forward needs sm_100+.
+    device runs it is checked by quantized_copy (through the backend registry: ``native_unavailable_reason``,
+    decided once per process); an NVFP4 layer can be built and loaded anywhere (its operands are checked on CPU),
+    its forward needs sm_100+.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool, recipe: QuantRecipe, *, name: str = "",

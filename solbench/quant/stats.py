@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import torch
 import torch.nn as nn
 
-from .layers import QUANTIZED_LAYER_TYPES
+from . import registry
 from .model import _policy_root
 
 __all__ = ["error_stats", "layer_error_report", "LayerError"]
@@ -121,7 +121,7 @@ def layer_error_report(
         for the models' outputs (its `isolated` equals `in_model`).
     """
     reference_root = _policy_root(model)
-    names = [n for n, m in copy.named_modules() if isinstance(m, QUANTIZED_LAYER_TYPES)]
+    names = [n for n, m in copy.named_modules() if isinstance(m, registry.layer_types())]
     if layers is not None:
         unknown = sorted(set(layers) - set(names))
         if unknown:
