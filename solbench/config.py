@@ -75,10 +75,6 @@ class FinetuneConfig:
 #: model.rollout_copy's values (solbench.train.rollout_copy).
 ROLLOUT_COPY_SETTINGS = ("auto", "merged", "lora")
 
-#: Each model's explore recipe where neither a run nor a command names one (``solbench fidelity``, the reports'
-#: primary fidelity claim): the recipe its paper-setting spec explores with (experiments/*_main.yaml).
-DEFAULT_EXPLORE_RECIPES = {"tiny": "nvfp4_tiny_flux", "flux": "nvfp4_flux", "sd3": "nvfp4_sd3", "sana": "nvfp4_sana"}
-
 
 @dataclass
 class QuantConfig:

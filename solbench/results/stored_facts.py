@@ -33,7 +33,7 @@ RUN_FACTS = {
                             "backend (the hardware a projection prices), at the run's model, resolution and text "
                             "length (solbench.models.shares); empty for runs that explore nothing",
     "fact_explore_format": "the explore recipe's number format (nvfp4, mxfp4, fp8, fp8_e5m2; none: full precision)",
-    "fact_default_explore_recipe": "the model's default explore recipe (solbench.config.DEFAULT_EXPLORE_RECIPES)",
+    "fact_default_explore_recipe": "the model's default explore recipe (its card's, solbench.models.DEFAULT_EXPLORE_RECIPES)",
     "fact_eval_grid_prompts": "JSON list: the prompts of the eval grid's rows, in order",
     "fact_eval_grid_columns": "eval seeds per prompt: the eval grid's columns",
     "fact_quant_backends": "JSON object: every quantization backend registered where the facts were recorded (at the "

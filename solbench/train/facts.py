@@ -42,7 +42,7 @@ def run_facts(spec: dict, *, explores: bool) -> dict[str, Any]:
     if explores:
         facts["fact_quantized_share"] = attempt("quantized share", lambda: _quantized_share(name, recipe, model))
     facts["fact_explore_format"] = attempt("explore format", lambda: _recipe_format(recipe))
-    from solbench.config import DEFAULT_EXPLORE_RECIPES
+    from solbench.models import DEFAULT_EXPLORE_RECIPES
 
     facts["fact_default_explore_recipe"] = DEFAULT_EXPLORE_RECIPES.get(name)
     facts[BACKENDS_FACT] = attempt("quant backends", quant_backends_fact)
