@@ -186,6 +186,10 @@ def unavailable_reason(name: str, recipe, device=None, capability: Optional[Tupl
     device, capability, auto) and remembered."""
     backend = get_backend(name)
     key = (name, recipe, _device_key(device), None if capability is None else tuple(capability), bool(auto))
+    try:
+        hash(key)
+    except TypeError:  # a recipe that cannot be hashed (a field holding a list): asked each time
+        return backend.unavailable(recipe, device, capability, auto)
     if key not in _CACHE:
         _CACHE[key] = backend.unavailable(recipe, device, capability, auto)
     return _CACHE[key]
