@@ -114,6 +114,8 @@ def stage_sentence(name: str) -> str:
 
 
 def test_every_module_is_in_one_stage_and_every_stage_entry_exists():
+    """Bug: a new package or module placed in no stage (the direction check then passes over it), an entry of the
+    stage list left behind by a move, or one package in two stages."""
     assert unplaced(TREES, STAGES) == [], "modules in no stage of solbench/stages.py (place them there)"
     assert placed_nothing(TREES, STAGES) == [], "solbench/stages.py holds entries that name no module"
     held = [held for stage in STAGES for held in stage.holds]
@@ -121,14 +123,17 @@ def test_every_module_is_in_one_stage_and_every_stage_entry_exists():
 
 
 def test_no_import_points_up_the_stages():
+    """Bug: a lower stage importing a higher one, as train/rollout_copy.py once imported the doctor and
+    report/ the sweep's curve maths."""
     found = upward_imports(TREES, STAGES)
     assert found == [], "imports pointing up solbench/stages.py (move the code down, or the import):\n" + "\n".join(
         found)
 
 
 def test_the_check_finds_an_upward_import_and_an_unplaced_module(tmp_path):
-    # The checker could be blind (a relative import misread, a function-level import skipped, a module name
-    # wrong): a fake tree with one lazy relative import pointing up, one pointing down, and a module in no stage.
+    """Bug: a blind checker (a relative import misread, a function-level import skipped, a module named wrong),
+    which would pass any tree: a fake tree with lazy imports pointing up (relative and absolute), one pointing
+    down, a module in no stage and a stage entry naming nothing, each found or left alone as it should be."""
     tree = tmp_path / "solbench"
     for folder in ("high", "low"):
         (tree / folder).mkdir(parents=True)
@@ -148,6 +153,7 @@ def test_the_check_finds_an_upward_import_and_an_unplaced_module(tmp_path):
 
 
 def test_each_package_docstring_names_its_stage_and_what_it_may_import():
+    """Bug: a package whose docstring names no stage, or the stages it could import before the list changed."""
     found = modules(TREES)
     wrong = []
     for stage in STAGES:
