@@ -2,8 +2,8 @@
 never downloading, and the table of real models (repository, licence, sizes for the memory model: each
 model card's ``weights``).
 
-Every component of each real model's pipeline (its card's ``files``) is checked (solbench.models.model_files: transformer,
-VAE, text encoders, tokenizers, scheduler, each shard of sharded weights), and the reward weights of
+Every component of each real model's pipeline (its card's ``files``) is checked (solbench.models.model_files:
+transformer, VAE, text encoders, tokenizers, scheduler, each shard of sharded weights), and the reward weights of
 solbench.rewards.real; a missing one comes with its download command (solbench.models.hub).
 """
 

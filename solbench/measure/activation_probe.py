@@ -205,7 +205,8 @@ def write_profiles(models=None, path: Path = PROFILE_FILE) -> dict:
 
     models = tuple(PROBES) if models is None else tuple(models)
     data = {"about": "bf16 widths per token of one block per sample: bytes = 2 * width * (a * image_tokens + "
-                     "b * text_tokens + c); measured by solbench.measure.activation_probe.measure (see solbench.models.activations)",
+                     "b * text_tokens + c); measured by solbench.measure.activation_probe.measure (see "
+                     "solbench.models.activations)",
             "diffusers": diffusers.__version__, "torch": torch.__version__,
             "models": {m: measure(m) for m in models}}
     path.write_text(json.dumps(data, indent=1) + "\n")

@@ -21,10 +21,10 @@ from solbench.errors import ConfigError
 from solbench.models.base import Cond, ModelAdapter, shifted_sigmas
 from solbench.models.card import OPTIONAL_SETTINGS, ModelCard
 
-__all__ = ["Cond", "ModelAdapter", "ModelCard", "MICRO_BATCH_DEFAULTS", "build_adapter", "card", "cards", "model_names",
+__all__ = ["Cond", "ModelAdapter", "ModelCard", "CardView", "cards", "card", "model_names", "build_adapter",
+           "MICRO_BATCH_DEFAULTS", "TEXT_MAX_LENGTH", "DEFAULT_EXPLORE_RECIPES", "OPTIONAL_SETTINGS", "LORA_INITS",
            "resolve_full_dtype", "native_resolution", "resolve_micro_batches", "shifted_sigmas", "default_lora_init",
-           "check_model_settings", "LORA_INITS", "reference_defaults", "setting_models", "CardView", "TEXT_MAX_LENGTH", "DEFAULT_EXPLORE_RECIPES",
-           "OPTIONAL_SETTINGS"]
+           "check_model_settings", "reference_defaults", "setting_models"]
 
 
 # ---- the registry: one card per adapter module (solbench.models.card) ----------------------------

@@ -8,12 +8,12 @@ What one transformer block holds per sample and forward, as it runs on a GPU:
   a tensor handed to several blocks, like SANA's projected caption, counts once).
 - ``peak``: the most a block allocates at once in a no-grad forward (a rollout's working set).
 
-Each is linear in the tokens a block sees, so ``measure(model)`` (solbench.measure.activation_probe) builds the model's transformer from
-its published config (solbench/models/published/<model>.json) with fewer heads and layers but every
-per-head width and ratio kept (head width, MLP ratio, rotary axes, text and caption widths scaled with
-the model width), in bf16 on CPU with fp32 LoRA adapters on the run's default targets (as a run trains
-them; peft runs them in fp32, saving an fp32 copy of each adapted layer's input), at two image-token
-and two text-token counts. It counts saved tensors with torch.autograd.graph.saved_tensors_hooks
+Each is linear in the tokens a block sees, so ``measure(model)`` (solbench.measure.activation_probe) builds the
+model's transformer from its published config (solbench/models/published/<model>.json) with fewer heads and
+layers (its card's probe) but every per-head width and ratio kept (head width, MLP ratio, rotary axes, text and
+caption widths scaled with the model width), in bf16 on CPU with fp32 LoRA adapters on the run's default targets
+(as a run trains them; peft runs them in fp32, saving an fp32 copy of each adapted layer's input), at two
+image-token and two text-token counts. It counts saved tensors with torch.autograd.graph.saved_tensors_hooks
 (each storage once, parameters excluded), block inputs with forward pre-hooks and the no-grad peak with
 solbench.measure.peak.PeakMemory, attributed to blocks by forward hooks, and solves
 
@@ -36,7 +36,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from solbench.models import CardView, card
-from solbench.models.card import Probe  # noqa: F401 (the probe's description, importable here too)
 
 __all__ = ["BlockProfile", "ModelProfile", "PROBES", "PROFILES", "TEXT_TOKENS", "transformer_text_tokens",
            "block_bytes", "per_sample_gb", "profile"]
