@@ -132,12 +132,17 @@ def stratified_indices(n_steps: int, n_strata: int, fraction: float, generator: 
 @register
 class AWM(Method):
     name = "awm"
+    display_name = "AWM"
     Config = AWMConfig
     axes = ("group_size",)
     nets = frozenset({"old", "reference"})  # "old" = the slow copy
     rollout_net = "policy"
     tiny_config = {"group_size": 3, "train_timesteps": 2}  # one iteration on the tiny model in seconds
     timed_phases = frozenset({"rollout", "reward"})  # what one iteration times besides "train"
+
+    @classmethod
+    def trained_per_prompt(cls, config) -> int:
+        return config.group_size  # every sample of a group trains
 
     def sampler_spec(self) -> SamplerSpec:
         noise = self.config.noise_level if self.config.sampler in ("awm_sde", "sa_solver") else 0.0

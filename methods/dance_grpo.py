@@ -65,12 +65,17 @@ class DanceGRPOConfig:
 @register
 class DanceGRPO(Method):
     name = "dance_grpo"
+    display_name = "DanceGRPO"
     Config = DanceGRPOConfig
     axes = ("group_size",)
     nets = frozenset()
     rollout_net = "policy"
     tiny_config = {"group_size": 3, "clip_range": 0.2}  # one iteration on the tiny model in seconds
     timed_phases = frozenset({"rollout", "reward"})  # what one iteration times besides "train"
+
+    @classmethod
+    def trained_per_prompt(cls, config) -> int:
+        return config.group_size  # every sample of a group trains
 
     def sampler_spec(self) -> SamplerSpec:
         return SamplerSpec("dance_sde", self.run.steps, noise_level=self.config.eta, guidance=self.run.guidance,

@@ -97,12 +97,17 @@ def old_policy_decay(step: int, rate: float, cap: float) -> float:
 @register
 class DiffusionNFT(Method):
     name = "diffusion_nft"
+    display_name = "DiffusionNFT"
     Config = DiffusionNFTConfig
     axes = ("group_size",)
     nets = frozenset({"old", "reference"})
     rollout_net = "old"
     tiny_config = {"group_size": 3}  # one iteration on the tiny model in seconds
     timed_phases = frozenset({"rollout", "reward"})  # what one iteration times besides "train"
+
+    @classmethod
+    def trained_per_prompt(cls, config) -> int:
+        return config.group_size  # every sample of a group trains
 
     # -- rollout ------------------------------------------------------------------------------
     def rollout_spec(self, steps: int | None = None) -> SamplerSpec:

@@ -103,12 +103,17 @@ def kl_variance(kind: str, std: float, dt: float) -> float:
 @register
 class FlowGRPO(Method):
     name = "flow_grpo"
+    display_name = "FlowGRPO"
     Config = FlowGRPOConfig
     axes = ("group_size",)
     nets = frozenset({"reference"})
     rollout_net = "policy"
     tiny_config = {"group_size": 3, "clip_range": 0.2}  # one iteration on the tiny model in seconds
     timed_phases = frozenset({"rollout", "reward"})  # what one iteration times besides "train"
+
+    @classmethod
+    def trained_per_prompt(cls, config) -> int:
+        return config.group_size  # every sample of a group trains
 
     def sampler_spec(self) -> SamplerSpec:
         return SamplerSpec(self.config.sampler, self.run.steps, noise_level=self.config.noise_level,

@@ -20,12 +20,13 @@ from __future__ import annotations
 from solbench.method import Batch, Candidate, Iteration, expand_groups, register
 from solbench.method.selection import select_per_group
 from solbench.methods.diffusion_nft import DiffusionNFT
-from solbench.methods.naive_scaling import RolloutScalingConfig
+from solbench.methods.naive_scaling import KOfN, RolloutScalingConfig
 
 
 @register
-class NaiveFP4(DiffusionNFT):
+class NaiveFP4(KOfN, DiffusionNFT):
     name = "naive_fp4"
+    display_name = "naive FP4"
     Config = RolloutScalingConfig
     axes = ("n", "k", "selection")
     nets = frozenset({"old", "reference", "explore"})

@@ -39,9 +39,19 @@ class RolloutScalingConfig(NFTLossConfig):
             raise ValueError(f"need 2 <= k <= n, got k={self.k}, n={self.n}")
 
 
+class KOfN:
+    """What a method that trains K of N candidates per prompt declares (naive_scaling, naive_fp4, sol_rl):
+    K <= N is its Config's own check (RolloutScalingConfig), K the samples it trains per prompt."""
+
+    @classmethod
+    def trained_per_prompt(cls, config: RolloutScalingConfig) -> int:
+        return config.k
+
+
 @register
-class NaiveScaling(DiffusionNFT):
+class NaiveScaling(KOfN, DiffusionNFT):
     name = "naive_scaling"
+    display_name = "naive BF16 scaling"
     Config = RolloutScalingConfig
     axes = ("n", "k", "selection")
     tiny_config = {"n": 4, "k": 2}  # one iteration on the tiny model in seconds

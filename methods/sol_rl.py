@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from solbench.method import Batch, Candidate, Iteration, expand_groups, help_field, register
 from solbench.method.selection import select_per_group
 from solbench.methods.diffusion_nft import DiffusionNFT
-from solbench.methods.naive_scaling import RolloutScalingConfig
+from solbench.methods.naive_scaling import KOfN, RolloutScalingConfig
 
 
 @dataclass
@@ -46,13 +46,21 @@ class SolRLConfig(RolloutScalingConfig):
 
 
 @register
-class SolRL(DiffusionNFT):
+class SolRL(KOfN, DiffusionNFT):
     name = "sol_rl"
+    display_name = "Sol-RL"
     Config = SolRLConfig
     axes = ("n", "k", "explore_steps", "selection")
     nets = frozenset({"old", "reference", "explore"})
     tiny_config = {"n": 4, "k": 2, "explore_steps": 2}  # one iteration on the tiny model in seconds
     timed_phases = frozenset({"explore", "select", "regenerate", "reward", "sync"})  # what one iteration times besides "train"
+
+    @classmethod
+    def validate(cls, config: SolRLConfig, run):
+        if config.explore_steps > run.sampling.steps:
+            yield ("method_config.explore_steps", f"{config.explore_steps} explore steps exceed the full rollout budget "
+                                                  f"sampling.steps={run.sampling.steps} (the explore stage is the short "
+                                                  "one); lower explore_steps or raise sampling.steps")
 
     def collect(self, engine, prompt_ids, prompts, it: Iteration) -> Batch:
         cfg = self.config

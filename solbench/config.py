@@ -6,7 +6,8 @@ short hash of its canonical JSON (launch fields excluded), identifies the run's 
 
 Field defaults here are those of the embedded world on CPU; the real-model specs in experiments/ set
 the paper's values explicitly. Method hyperparameters live in each method's own Config dataclass
-(``method_config`` holds its fields by name and is validated by the method registry).
+(``method_config`` holds its fields by name: built and checked by the method registry at expansion,
+solbench.method.build_method_settings).
 """
 
 from __future__ import annotations
@@ -169,7 +170,10 @@ class NumericsConfig:
 # whose value is that one hashes as it did before the setting existed, so its results stay valid (the
 # committed tiny_paper report among them). Any other value is part of the run id as usual. Spec
 # expansion writes the real models' defaults out (solbench.models.reference_defaults), so their runs,
-# whose behaviour the defaults changed, get new ids.
+# whose behaviour the defaults changed, get new ids. The method_config rows are part of the run-id rule, not
+# of a method's rules: a run id is computed from a stored spec.json before any method is loaded (a launched
+# run names its folder first), so they stay here; tests/test_trainer_conformance.py checks each is a field of
+# its method's Config with that default.
 HASHED_ONLY_WHEN_SET: dict[tuple[str, str], Any] = {
     ("model", "text_max_length"): None,
     ("model", "prompt_instruction"): None,
@@ -195,7 +199,9 @@ HASHED_ONLY_WHEN_SET: dict[tuple[str, str], Any] = {
 class RunConfig:
     experiment: str = "default"
     method: str = "sol_rl"
-    method_config: dict[str, Any] = field(default_factory=dict)  # fields of the method's Config
+    # the method's Config fields by name: after expansion a solbench.method.MethodSettings (the typed Config
+    # built once from the spec, as a frozen mapping of its canonical values); read back from spec.json, the mapping
+    method_config: dict[str, Any] = field(default_factory=dict)
     model: ModelConfig = field(default_factory=ModelConfig)
     rewards: dict[str, float] = field(default_factory=lambda: {"shapes_geneval": 1.0})  # training reward weights
     train_prompts: str = "shapes/train"
@@ -213,7 +219,9 @@ class RunConfig:
     numerics: NumericsConfig = field(default_factory=NumericsConfig)  # thread count (hashed: it changes the numbers)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["method_config"] = dict(data["method_config"])  # the canonical values of a typed MethodSettings
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":

@@ -19,9 +19,19 @@ One iteration, as the trainer (solbench/train/trainer.py) drives it::
 A method declares:
 
 - ``name``: the registry key.
+- ``display_name``: how reports name it (``"Sol-RL"``); each run records it with its results (facts.json),
+  so a report reads it without importing the method.
 - ``Config``: a dataclass whose defaults are its paper's values, each field with
-  ``metadata={"help": "..."}`` (one line). ``RunConfig.method_config`` holds overrides by field name,
-  checked by :func:`validate_method_config`.
+  ``metadata={"help": "..."}`` (one line). Its own checks of single fields go in ``__post_init__``
+  (raise ValueError). A spec's ``method_config`` mapping is built into it ONCE, at expansion, strictly
+  (:func:`build_method_settings`: an unknown key is an error naming it, the method and the spec line),
+  and travels as that instance inside :class:`MethodSettings` (``RunConfig.method_config``, a frozen
+  mapping of its canonical values, the ones hashed and stored) to ``Method(config, run)``.
+- ``validate(config, run)``: the method's rules between its fields and the run (``K <= N``, explore steps
+  within ``sampling.steps``), yielding ``(dotted key, message)`` problems; the resolver calls it when it
+  expands a spec and reports each at the line that sets the key.
+- ``trained_per_prompt(config)``: the samples it trains per prompt group (K, or the group size), which the
+  harness's batch arithmetic (micro-batches, grad_accum, optimizer_steps) divides; None: no such count.
 - ``axes``: the names of Config fields an experiment spec may vary (e.g. ``("n", "k")``).
 - ``nets``: the network roles it needs beyond ``"policy"``: any of ``"old"``, ``"reference"``,
   ``"explore"`` (``"ema"`` always exists, for evaluation).
@@ -31,7 +41,8 @@ A method declares:
   (the conformance test runs every method with them; paper defaults are tested separately).
 - ``timed_phases``: the phases one iteration times besides ``"train"`` (the ``phase=`` names it gives
   the engine, e.g. ``{"rollout", "reward"}``). The conformance suite checks that an iteration times
-  exactly these, so a new method file needs no test edited.
+  exactly these, so a new method file needs no test edited. Those but ``"sync"`` (the harness's re-sync of
+  the explore copy) are its rollout phases (``rollout_phases()``), recorded with its results for the report.
 
 The engine API a method may use (solbench/engine/engine.py; nothing else of the harness):
 
@@ -67,10 +78,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import json
 import pkgutil
 import types
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar
@@ -148,6 +160,7 @@ class Method:
     """Base class of all methods. Subclasses set the class attributes and implement the four hooks."""
 
     name: ClassVar[str]
+    display_name: ClassVar[str | None] = None  # how reports name it; None: its registry name
     Config: ClassVar[type]
     axes: ClassVar[tuple[str, ...]] = ()
     nets: ClassVar[frozenset[str]] = frozenset()
@@ -158,6 +171,30 @@ class Method:
     def __init__(self, config: Any, run: RunInfo) -> None:
         self.config = config
         self.run = run
+
+    @classmethod
+    def validate(cls, config: Any, run: Any) -> Iterable[tuple[str, str]]:
+        """The method's rules between its Config's fields and the rest of the run (``run``: the resolved
+        RunConfig), checked when a spec expands: ``(dotted key, message)`` for each one broken, e.g.
+        ``("method_config.k", "K=8 exceeds N=4 (K <= N)")``. A single field's own range belongs in the
+        Config's ``__post_init__``."""
+        return ()
+
+    @classmethod
+    def trained_per_prompt(cls, config: Any) -> int | None:
+        """Samples trained per prompt group (K of N, or the group size): what the harness's micro-batch
+        arithmetic divides. None: the method trains no fixed count per prompt."""
+        return None
+
+    @classmethod
+    def shown_name(cls) -> str:
+        """The name reports show (``display_name``, else the registry name)."""
+        return cls.display_name or cls.name
+
+    @classmethod
+    def rollout_phases(cls) -> frozenset[str]:
+        """The phases that make up its rollout: ``timed_phases`` but the harness's ``"sync"``."""
+        return frozenset(cls.timed_phases) - {"sync"}
 
     def collect(self, engine, prompt_ids: Sequence[str], prompts: Sequence[str], it: Iteration) -> Batch:
         """Sample and score the iteration's training batch (through the engine only)."""
@@ -273,28 +310,93 @@ def config_help(name: str) -> dict[str, str]:
     return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(get_method(name).Config)}
 
 
-def validate_method_config(name: str, values: Mapping[str, Any] | None, where: str = "method_config") -> Any:
-    """Build ``get_method(name).Config`` from overrides, rejecting unknown or mistyped fields."""
+class MethodSettings(dict):
+    """A method's settings as they travel from the spec to the method: the typed ``config`` (an instance of the
+    method's Config, built once) and, as this read-only mapping, its canonical values (JSON types: what
+    a run's id hashes and spec.json stores). ``RunConfig.method_config`` holds one after expansion; a run read
+    back from spec.json holds the plain mapping, which :func:`method_settings` builds into one."""
+
+    __slots__ = ("method", "config")
+
+    def __init__(self, values: Any = (), *, method: str | None = None, config: Any = None) -> None:
+        super().__init__(values)
+        self.method = method
+        self.config = config
+
+    @classmethod
+    def of(cls, method: str, config: Any) -> "MethodSettings":
+        """The settings of a built Config instance."""
+        return cls(json.loads(json.dumps(dataclasses.asdict(config))), method=method, config=config)
+
+    def replace(self, **changes: Any) -> "MethodSettings":
+        """These settings with some fields changed (the Config's checks run again)."""
+        return MethodSettings.of(self.method, dataclasses.replace(self.config, **changes))
+
+    def _frozen(self, *args, **kwargs):
+        raise TypeError("a run's method settings are fixed at expansion; use .replace(field=value)")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _frozen
+
+    def __reduce__(self):
+        return (_rebuild_settings, (dict(self), self.method, self.config))
+
+    def __copy__(self) -> "MethodSettings":
+        return self
+
+    def __deepcopy__(self, memo) -> "MethodSettings":
+        return self
+
+
+def _rebuild_settings(values: dict, method: str | None, config: Any) -> MethodSettings:
+    return MethodSettings(values, method=method, config=config)
+
+
+def method_settings(name: str, values: Mapping[str, Any] | None) -> MethodSettings:
+    """The settings of method ``name``: ``values`` itself when it is already built for it, else built from the
+    mapping (a run's spec.json; strictly, as at expansion)."""
+    if isinstance(values, MethodSettings) and values.method == name and values.config is not None:
+        return values
+    return build_method_settings(name, values)
+
+
+def build_method_settings(name: str, values: Mapping[str, Any] | None, where: str = "method_config",
+                          locate: Callable[[str], str] | None = None) -> MethodSettings:
+    """Build ``get_method(name).Config`` from a spec's mapping, strictly: an unknown or mistyped field is an
+    error naming it and the method. ``where`` prefixes every message; ``locate(field)``, when given, says where
+    the field is set (``spec.yaml:12``; ``locate(None)``: where the settings as a whole are) and comes first."""
     cls = get_method(name)
     values = dict(values or {})
     fields = {f.name: f for f in dataclasses.fields(cls.Config)}
+
+    def at(key: str | None) -> str:
+        return f"{locate(key)}: {where}" if locate is not None else where
+
     unknown = [k for k in values if k not in fields]
     if unknown:
         messages = []
         for key in unknown:
             close = difflib.get_close_matches(key, list(fields), n=1)
             messages.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ConfigError(f"{where}: unknown field(s) {', '.join(messages)} for method {name!r}; "
+        raise ConfigError(f"{at(unknown[0])}: unknown field(s) {', '.join(messages)} for method {name!r}; "
                           f"fields are {', '.join(fields)}")
     hints = typing.get_type_hints(cls.Config)
     converted = {}
     for key, value in values.items():
-        converted[key] = _coerce(value, hints[key], f"{where}.{key}")
+        try:
+            converted[key] = _coerce(value, hints[key], f"{where}.{key}")
+        except ConfigError as err:
+            raise ConfigError(f"{locate(key)}: {err}" if locate is not None else str(err)) from None
     try:
         config = cls.Config(**converted)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: invalid config for method {name!r}: {exc}") from exc
-    return config
+        raise ConfigError(f"{at(None)}: invalid config for method {name!r}: {exc}") from exc
+    return MethodSettings.of(name, config)
+
+
+def validate_method_config(name: str, values: Mapping[str, Any] | None, where: str = "method_config") -> Any:
+    """``get_method(name).Config`` built from overrides, rejecting unknown or mistyped fields (the typed config
+    of :func:`build_method_settings`)."""
+    return build_method_settings(name, values, where).config
 
 
 def _coerce(value: Any, hint: Any, where: str) -> Any:

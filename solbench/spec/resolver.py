@@ -279,14 +279,13 @@ class _Resolver:
             first = ".".join(str(part) for part in err.errors()[0]["loc"] if not isinstance(part, int))
             raise ConfigError(f"{self._key_where(first, method, loc)}: run ({label}): "
                               + str(_format_validation_error(err, "", {}, _FullRun)).lstrip(": ")) from None
-        try:
-            from solbench.method import validate_method_config
+        # the method's Config, built once (strictly: a key it lacks is named with the line that sets it); it
+        # travels typed, as a frozen MethodSettings, to the method
+        from solbench.method import build_method_settings
 
-            method_cfg = validate_method_config(method, checked["method_config"],
-                                                where=f"{self._where(loc)}: run ({label}): method_config")
-        except ConfigError:
-            raise
-        checked["method_config"] = json.loads(json.dumps(dataclasses.asdict(method_cfg)))
+        checked["method_config"] = build_method_settings(
+            method, checked["method_config"], where=f"run ({label}): method_config",
+            locate=lambda key: self._key_where(f"method_config.{key}", method, loc) if key else self._where(loc))
         self._resolve_micro_batches(checked, loc, label)
         self._resolve_model_defaults(checked)
         self._resolve_explore_backend(checked, method)
@@ -308,7 +307,7 @@ class _Resolver:
         except ConfigError as err:
             raise ConfigError(f"{self._where(loc)}: run ({label}): {err}") from None
         if "micro_batch_size" in mc:
-            mc["micro_batch_size"] = checked["micro_batch"]["train"]
+            checked["method_config"] = mc.replace(micro_batch_size=checked["micro_batch"]["train"])
 
     @staticmethod
     def _resolve_explore_backend(checked: dict, method: str) -> None:
@@ -444,13 +443,11 @@ class _Resolver:
             if isinstance(value, int) and not isinstance(value, bool) and value > COUNT_LIMIT:
                 fail(f"method_config.{key}", f"should be less than or equal to {COUNT_LIMIT}, got {value} (a count past "
                                              f"{COUNT_LIMIT:,} (2**16): more samples or steps than any machine holds)")
-        if "n" in mc and "k" in mc and not mc["k"] <= mc["n"]:
-            fail("method_config.k", f"K={mc['k']} exceeds N={mc['n']} (K <= N)")
-        if mc.get("explore_steps") is not None and mc["explore_steps"] > cfg.sampling.steps:
-            fail("method_config.explore_steps", f"{mc['explore_steps']} explore steps exceed the full rollout budget "
-                                                f"sampling.steps={cfg.sampling.steps} (the explore stage is the short "
-                                                "one); lower explore_steps or raise sampling.steps")
-        trained_per_prompt = mc.get("k", mc.get("group_size"))
+        # the method's own rules between its fields and the run (Method.validate: K <= N, explore steps, ...)
+        method_cls = self.get_method(cfg.method)
+        for key, message in method_cls.validate(mc.config, cfg):
+            fail(key, message)
+        trained_per_prompt = method_cls.trained_per_prompt(mc.config)  # K, or the group size (Method.trained_per_prompt)
         micro = mc.get("micro_batch_size")
         if trained_per_prompt is not None and micro:
             per_rank = cfg.prompts_per_iter // cfg.world_size * trained_per_prompt
