@@ -24,10 +24,10 @@ from solbench.config import RunConfig
 
 
 def _method(cfg: RunConfig):
-    from solbench.method import RunInfo, get_method, validate_method_config
+    from solbench.method import RunInfo, get_method, method_settings
 
     cls = get_method(cfg.method)
-    return cls(validate_method_config(cfg.method, cfg.method_config),
+    return cls(method_settings(cfg.method, cfg.method_config).config,  # the typed Config expansion built
                RunInfo(prompts_per_iter=cfg.prompts_per_iter, steps=cfg.sampling.steps, shift=cfg.sampling.shift,
                        guidance=cfg.sampling.guidance, finetune_mode=cfg.finetune.mode, world_size=cfg.world_size))
 

@@ -68,7 +68,7 @@ from solbench.config import RunConfig
 from solbench.engine.distributed import DistContext, init_distributed
 from solbench.engine.engine import Engine
 from solbench.errors import ConfigError, NonFiniteLossError
-from solbench.method import Batch, Chunk, Iteration, Method, RunInfo, get_method, validate_method_config
+from solbench.method import Batch, Chunk, Iteration, Method, RunInfo, get_method, method_settings
 from solbench.results.checkpoint import missing_keys, rng_state, set_rng_state
 from solbench.engine.timing import PhaseTimer
 from solbench.train.setup import (ExploreFns, FollowerStore, _lookahead, _seed_everything, _seeded_generator,
@@ -140,12 +140,11 @@ class Trainer:
         # micro-batches: the model's defaults where unset; micro_batch.train is the method's micro_batch_size
         self.micro_batch = resolve_micro_batches(cfg.model.name, dataclasses.asdict(cfg.micro_batch),
                                                  cfg.method_config.get("micro_batch_size"))
-        method_fields = {f.name for f in dataclasses.fields(method_cls.Config)}
-        method_overrides = dict(cfg.method_config)
-        if "micro_batch_size" in method_fields:
-            method_overrides["micro_batch_size"] = self.micro_batch["train"]
-        method_config = validate_method_config(cfg.method, method_overrides)
-        self.method: Method = method_cls(method_config, RunInfo(
+        # the method's typed Config: the one expansion built (a MethodSettings), or built once from spec.json's mapping
+        settings = method_settings(cfg.method, cfg.method_config)
+        if "micro_batch_size" in settings:
+            settings = settings.replace(micro_batch_size=self.micro_batch["train"])
+        self.method: Method = method_cls(settings.config, RunInfo(
             prompts_per_iter=cfg.prompts_per_iter, steps=cfg.sampling.steps, shift=cfg.sampling.shift,
             guidance=cfg.sampling.guidance, finetune_mode=cfg.finetune.mode, world_size=cfg.world_size))
 
