@@ -13,18 +13,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from solbench.results.stored_facts import BACKENDS_FACT, FACTS_SCHEMA, PAPER_MODEL_ASSET, RUN_FACTS, SCHEMA_COLUMN
-from solbench.train.facts import FACTS_FILE, quant_backends_fact, run_facts
+from solbench.results.stored_facts import (BACKENDS_FACT, FACTS_SCHEMA, METHOD_FACTS, PAPER_MODEL_ASSET, RUN_FACTS,
+                                           SCHEMA_COLUMN)
+from solbench.train.facts import FACTS_FILE, method_facts, quant_backends_fact, run_facts
 
 
 def recorded_run_facts(store, spec: dict, explores: bool) -> dict[str, Any]:
     """The facts the run recorded when it started (facts.json), when they are of this schema; else computed now
     from its spec.json (a run that predates them, or an older schema)."""
     own = store.read_json(FACTS_FILE)
-    if isinstance(own, dict) and own.get(SCHEMA_COLUMN) == FACTS_SCHEMA and set(RUN_FACTS) - {BACKENDS_FACT} <= set(own):
+    if (isinstance(own, dict) and own.get(SCHEMA_COLUMN) == FACTS_SCHEMA
+            and set(RUN_FACTS) - {BACKENDS_FACT, *METHOD_FACTS} <= set(own)):
         facts = {SCHEMA_COLUMN: FACTS_SCHEMA, **{column: own.get(column) for column in RUN_FACTS}}
         if facts[BACKENDS_FACT] is None:  # facts.json written before the backends were recorded: the registry's now
             facts[BACKENDS_FACT] = quant_backends_fact()
+        if any(facts[column] is None for column in METHOD_FACTS):  # written before methods declared them
+            facts.update(method_facts(spec.get("method")))  # none for a method not installed here: the report's table
         return facts
     return run_facts(spec, explores=explores)
 

@@ -23,7 +23,7 @@ import pandas as pd
 
 from solbench.report.registry import Table, report_kind
 from solbench.report.stats import fmt_num
-from solbench.report.tables import EVAL_PHASES, ROLLOUT_PHASES, Tables
+from solbench.report.tables import EVAL_PHASES, Tables
 
 RATE_COLUMNS = {"gemm": ("rate_gemm_fp32", "rate_gemm_bf16"), "forward": ("rate_forward_full", "rate_forward_explore")}
 TOLERANCE = 0.15  # the bar: a prediction within 15 % of the measured ratio
@@ -86,7 +86,7 @@ def cpu_prediction_table(tables: Tables) -> Table | None:
     predicted = {}
     for profile, r in rates.items():
         p = proj.assign(pred_s=predicted_seconds(proj, profile, r))
-        rollout = p[p["phase"].isin(ROLLOUT_PHASES)].groupby(["run_id", "step"])["pred_s"].sum().groupby("run_id").median()
+        rollout = p[p["phase"].isin(tables.rollout_phases())].groupby(["run_id", "step"])["pred_s"].sum().groupby("run_id").median()
         e2e = p[~p["phase"].isin(EVAL_PHASES)].groupby(["run_id", "step"])["pred_s"].sum().groupby("run_id").median()
         predicted[profile] = (rollout, e2e)
     rows = []

@@ -42,15 +42,16 @@ def _uncounted(tables: Tables, kind: str) -> list[str]:
 
     _, uncounted = counted_phases(tables)
     compute = {"explore", "regenerate", "rollout", "train"}  # phases that run the transformer
-    wanted = compute & (set(ROLLOUT_PHASES) if kind == "rollout" else compute)
+    wanted = compute & (set(tables.rollout_phases()) if kind == "rollout" else compute)
     return sorted(p for p in uncounted if p in wanted)
 
 
-def _projected_iteration(proj: pd.DataFrame, runs: pd.DataFrame, arm: str, kind: str) -> pd.DataFrame:
+def _projected_iteration(proj: pd.DataFrame, runs: pd.DataFrame, arm: str, kind: str,
+                         rollout_phases: tuple[str, ...] = ROLLOUT_PHASES) -> pd.DataFrame:
     """Per run of ``arm``: median per-iteration projected seconds and its FLOPs by precision."""
     p = proj[proj["run_id"].isin(runs.loc[runs["arm"] == arm, "run_id"])]
     if kind == "rollout":
-        p = p[p["phase"].isin(ROLLOUT_PHASES)]
+        p = p[p["phase"].isin(rollout_phases)]
     if p.empty:
         return pd.DataFrame(columns=["projected_s", "explore_flops", "full_flops", "share"])
     p = p.assign(explore_flops=np.where(p["precision"] == "explore", p["flops"], 0.0),
@@ -123,7 +124,9 @@ def speed_findings(tables: Tables, model: str, runs: pd.DataFrame) -> list[Findi
             f.detail = (f"No timings of these arms left to compare. {load_text}" if len(med) else
                         "No timings of these arms.")
         out.append(f)
-        ib, it = _projected_iteration(proj, runs, naive, kind), _projected_iteration(proj, runs, sol, kind)
+        phases = tables.rollout_phases()
+        ib, it = (_projected_iteration(proj, runs, naive, kind, phases),
+                  _projected_iteration(proj, runs, sol, kind, phases))
         uncounted = _uncounted(tables, kind)
         if len(ib) and len(it) and not uncounted:
             p.effect = float(ib["projected_s"].mean() / it["projected_s"].mean())

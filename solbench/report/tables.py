@@ -10,8 +10,10 @@ It also derives what every plugin needs the same way:
 - ``arms``: runs grouped into comparable arms, one per (model, method, method settings); seeds are
   the replicates of an arm. Settings that differ between runs of the same model and method (say
   ``n`` in an ablation) become part of the arm label, e.g. ``Sol-RL (n=48)``.
-- method display names and the paper's ordering (Base, DanceGRPO, FlowGRPO, AWM, DiffusionNFT,
-  Sol-RL, then the controls).
+- method display names, as each run recorded its method's (``fact_method_display``: Method.display_name), and
+  the paper's ordering (Base, DanceGRPO, FlowGRPO, AWM, DiffusionNFT, Sol-RL, then the controls, then any other
+  method); results collected before runs recorded them fall back to the table of the built-in methods here.
+- the rollout phases, as the runs recorded their methods' (``fact_rollout_phases``), with the same fallback.
 - the eval rewards of the spec, the data hash and the git SHAs of the runs.
 """
 
@@ -38,7 +40,9 @@ REQUIRED_COLUMNS = {
     "candidates": ("run_id", "step", "prompt_id", "cand_idx", "noise_seed", "precision", "reward", "selected"),
 }
 
-# Display names and the order of the paper's tables; keys are normalised (lower case, alphanumerics).
+# The order of the paper's tables and, for results collected before each run recorded its method's display name
+# (fact_method_display), the built-in methods' display names (a fallback, and the report's aliases: "nft", "naive
+# BF16"); keys are normalised (lower case, alphanumerics). The report never imports a method.
 _METHODS: list[tuple[tuple[str, ...], str]] = [
     (("base",), "Base"),
     (("dancegrpo", "dance"), "DanceGRPO"),
@@ -51,8 +55,13 @@ _METHODS: list[tuple[tuple[str, ...], str]] = [
 ]
 _ALIASES = {alias: display for aliases, display in _METHODS for alias in aliases}
 _ORDER = {display: i for i, (_, display) in enumerate(_METHODS)}
+#: Method registry name -> display name as the loaded results recorded it (fact_method_display; Tables.load).
+_RECORDED: dict[str, str] = {}
+METHOD_DISPLAY_FACT = "fact_method_display"
+ROLLOUT_PHASES_FACT = "fact_rollout_phases"
 
-#: Phases whose seconds make up "rollout seconds per iteration" (the paper's Table 5 rollout column).
+#: Phases whose seconds make up "rollout seconds per iteration" (the paper's Table 5 rollout column), for results
+#: collected before runs recorded their methods' (fact_rollout_phases, Tables.rollout_phases): a fallback.
 ROLLOUT_PHASES = ("explore", "select", "regenerate", "rollout", "reward")
 #: Canonical phase order for breakdowns; unknown phases follow in name order.
 PHASE_ORDER = ("explore", "select", "regenerate", "rollout", "reward", "train", "sync")
@@ -74,8 +83,21 @@ def normalise_method(name: str) -> str:
 
 
 def method_display(name: str) -> str:
-    """Paper-style display name of a method registry name (unknown names are returned as given)."""
-    return _ALIASES.get(normalise_method(name), str(name))
+    """Display name of a method registry name: the one its runs recorded (fact_method_display), else the built-in
+    table's (results collected before runs recorded it, and the report's aliases); unknown names as given."""
+    return _RECORDED.get(str(name)) or _ALIASES.get(normalise_method(name), str(name))
+
+
+def _remember_display_names(runs: pd.DataFrame) -> None:
+    """Note the display names the runs recorded for their methods (those of the current facts schema)."""
+    from solbench.report.stored import run_fact
+
+    if METHOD_DISPLAY_FACT not in runs or "method" not in runs:
+        return
+    recorded = run_fact(runs, METHOD_DISPLAY_FACT)
+    for method, display in zip(runs["method"], recorded):
+        if isinstance(display, str) and display:
+            _RECORDED[str(method)] = display
 
 
 def method_rank(name: str) -> int:
@@ -266,7 +288,24 @@ class Tables:
             self.metrics[column] = pd.to_numeric(self.metrics[column], errors="coerce")
         self.timings["seconds"] = pd.to_numeric(self.timings["seconds"], errors="coerce")
         self.candidates["reward"] = pd.to_numeric(self.candidates["reward"], errors="coerce")
+        _remember_display_names(runs)
         self.runs = _label_arms(runs)
+
+    def rollout_phases(self) -> tuple[str, ...]:
+        """The phases whose seconds make up a rollout: those the runs recorded for their methods
+        (fact_rollout_phases), else (results collected before they did) ROLLOUT_PHASES."""
+        from solbench.report.stored import run_fact
+
+        recorded = run_fact(self.runs, ROLLOUT_PHASES_FACT).dropna() if ROLLOUT_PHASES_FACT in self.runs else []
+        phases: set[str] = set()
+        for value in recorded:
+            try:
+                phases.update(str(p) for p in json.loads(value))
+            except (TypeError, ValueError):
+                return ROLLOUT_PHASES
+        if not phases:
+            return ROLLOUT_PHASES
+        return tuple(sorted(phases, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else len(PHASE_ORDER), p)))
 
     # -- runs ------------------------------------------------------------------------------------
 

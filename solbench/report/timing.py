@@ -20,7 +20,7 @@ import pandas as pd
 from solbench.report.plotting import arm_labels, clip, legend_below, new_figure, phase_colour
 from solbench.report.registry import Figure, Note, Table, report_kind
 from solbench.report.stats import fmt_ci, fmt_num, mean_ci, ratio_ci
-from solbench.report.tables import EVAL_PHASES, PHASE_ORDER, ROLLOUT_PHASES, Tables, same_method
+from solbench.report.tables import EVAL_PHASES, PHASE_ORDER, Tables, same_method
 
 
 def iteration_seconds(tables: Tables) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
@@ -45,8 +45,9 @@ def iteration_seconds(tables: Tables) -> tuple[pd.DataFrame, pd.DataFrame, bool]
         kept.append(group[group["step"].isin(keep)])
     t = pd.concat(kept, ignore_index=True)
     per_phase = t.groupby(["run_id", "step", "phase"], as_index=False)["seconds"].sum()
+    rollout = tables.rollout_phases()  # as the runs' methods declared them (fallback: ROLLOUT_PHASES)
     totals = per_phase.groupby(["run_id", "step"]).apply(
-        lambda g: pd.Series({"rollout_s": g.loc[g["phase"].isin(ROLLOUT_PHASES), "seconds"].sum(),
+        lambda g: pd.Series({"rollout_s": g.loc[g["phase"].isin(rollout), "seconds"].sum(),
                              "e2e_s": g["seconds"].sum()}), include_groups=False).reset_index()
     return totals, per_phase, fallback
 

@@ -40,8 +40,14 @@ RUN_FACTS = {
                            "run's start, or by collect for a run that predates this fact), name -> {label: the "
                            "report's words for it, low_precision: whether its copy computes on low-precision units} "
                            "(solbench.quant.registry), and auto's words",
+    "fact_method_display": "the run's method as reports name it (its Method.display_name, solbench.method)",
+    "fact_rollout_phases": "JSON list: the timed phases that make up the run's rollout (its method's timed phases but "
+                           "sync, Method.rollout_phases)",
     "fact_notes": "what could not be recorded, and why ('' when nothing)",
 }
+#: The run facts a method declares (results collected before them lack the columns: the report falls back to its
+#: own table of the built-in methods, solbench.report.tables).
+METHOD_FACTS = ("fact_method_display", "fact_rollout_phases")
 #: The run fact naming the quantization backends (results collected before it lack the column: the report says so).
 BACKENDS_FACT = "fact_quant_backends"
 

@@ -46,12 +46,24 @@ def run_facts(spec: dict, *, explores: bool) -> dict[str, Any]:
 
     facts["fact_default_explore_recipe"] = DEFAULT_EXPLORE_RECIPES.get(name)
     facts[BACKENDS_FACT] = attempt("quant backends", quant_backends_fact)
+    facts.update(attempt("method", lambda: method_facts(spec.get("method"))) or {})
     grid = attempt("eval grid prompts", lambda: _grid(spec.get("eval") or {}))
     if grid is not None:
         facts["fact_eval_grid_prompts"] = json.dumps(grid[0])
         facts["fact_eval_grid_columns"] = grid[1]
     facts["fact_notes"] = "; ".join(notes)
     return facts
+
+
+def method_facts(method: str | None) -> dict[str, Any]:
+    """The METHOD_FACTS of a run of ``method``: its display name and rollout phases, as the method declares them
+    (none for a run of no registered method, e.g. a fidelity measurement)."""
+    from solbench.method import get_method, method_names
+
+    if str(method or "sol_rl") not in method_names():
+        return {}
+    cls = get_method(str(method or "sol_rl"))
+    return {"fact_method_display": cls.shown_name(), "fact_rollout_phases": json.dumps(sorted(cls.rollout_phases()))}
 
 
 def quant_backends_fact() -> str:
