@@ -208,3 +208,166 @@ def test_selection_errors():
         select_indices(REWARDS, 7)
     with pytest.raises(ValueError, match="unknown selection mode"):
         select_indices(REWARDS, 2, "bestworst")
+
+
+# -- a method's settings: one typed path, its own rules, its names --------------------------------
+SPEC_BASE = """\
+name: t
+base:
+  model: {name: tiny}
+  rewards: {shapes_geneval: 1.0}
+  prompts_per_iter: 4
+  iterations: 3
+  eval: {every: 1, prompts: shapes/eval, n_prompts: 2, seeds_per_prompt: 1, rewards: [shapes_geneval]}
+"""
+
+
+@dataclasses.dataclass
+class WideConfig:
+    width: int = dataclasses.field(default=2, metadata={"help": "samples per prompt"})
+    depth: int = dataclasses.field(default=1, metadata={"help": "steps of its own stage"})
+
+
+class WideMethod(Method):
+    """A method of a test alone: its own rule (depth within the run's sampling.steps) is checked at expansion,
+    with no harness file edited."""
+
+    name = "wide_method"
+    display_name = "Wide (test)"
+    Config = WideConfig
+    axes = ("width", "depth")
+    timed_phases = frozenset({"rollout", "reward", "sync"})
+
+    @classmethod
+    def validate(cls, config, run):
+        if config.depth > run.sampling.steps:
+            yield "method_config.depth", f"depth {config.depth} exceeds sampling.steps={run.sampling.steps}"
+
+    @classmethod
+    def trained_per_prompt(cls, config):
+        return config.width
+
+
+@pytest.fixture
+def wide_method(monkeypatch):
+    method_names()  # the built-in methods first, then the test's own into a copy of the registry
+    monkeypatch.setattr(method_module, "_registry", dict(method_module._registry))
+    method_module.register(WideMethod)
+    return WideMethod
+
+
+def _spec(tmp_path, body: str):
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC_BASE + body)
+    return path
+
+
+def test_a_methods_own_rule_fails_at_expansion_naming_the_key_and_line(tmp_path, wide_method):
+    from solbench.spec import load_spec
+
+    path = _spec(tmp_path, "matrix:\n  method: [wide_method]\n  depth: [50]\n")
+    with pytest.raises(ConfigError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert "run (method=wide_method, depth=50): method_config.depth: depth 50 exceeds sampling.steps=10" in message
+    line = int(message.split(":")[1])
+    assert path.read_text().splitlines()[line - 1].strip().startswith("depth:"), message
+    # strict: a key its Config lacks is refused, naming the method
+    path = _spec(tmp_path, "methods: {wide_method: {method_config: {micro_batch_size: 3}}}\nmatrix: {method: [wide_method]}\n")
+    with pytest.raises(ConfigError, match=r"unknown field\(s\) 'micro_batch_size' for method 'wide_method'"):
+        load_spec(path)
+    spec = load_spec(_spec(tmp_path, "matrix:\n  method: [wide_method]\n  depth: [10]\n"))
+    assert spec.runs[0].config.method_config.config == WideConfig(depth=10)
+
+
+def test_an_unknown_settings_key_names_the_key_the_method_and_its_line(tmp_path):
+    from solbench.spec import load_spec
+
+    path = _spec(tmp_path, "methods:\n  sol_rl:\n    method_config:\n      n: 8\n      kk: 4\nmatrix:\n  method: [sol_rl]\n")
+    with pytest.raises(ConfigError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert "method_config: unknown field(s) 'kk' (did you mean 'k'?) for method 'sol_rl'" in message, message
+    line = int(message.split(":")[1])
+    assert path.read_text().splitlines()[line - 1].strip().startswith("kk:"), message
+
+
+def test_settings_travel_typed_from_the_spec_and_hash_as_their_mapping(tmp_path):
+    import pickle
+
+    from solbench.config import RunConfig
+    from solbench.method import MethodSettings, method_settings
+    from solbench.spec import load_spec
+
+    spec = load_spec(_spec(tmp_path, "matrix: {method: [sol_rl], n: [8], k: [4]}\n"))
+    cfg = spec.runs[0].config
+    settings = cfg.method_config
+    assert isinstance(settings, MethodSettings) and type(settings.config).__name__ == "SolRLConfig"
+    assert (settings.config.n, settings["k"]) == (8, 4)
+    assert method_settings("sol_rl", settings) is settings  # no rebuild on the way to the method
+    with pytest.raises(TypeError, match="fixed at expansion"):
+        settings["k"] = 2
+    stored = RunConfig.from_dict(cfg.to_dict())  # spec.json's mapping: the same run
+    assert type(cfg.to_dict()["method_config"]) is dict and stored.run_id == cfg.run_id
+    assert method_settings("sol_rl", stored.method_config).config == settings.config
+    assert pickle.loads(pickle.dumps(settings)).config == settings.config
+
+
+def test_display_name_and_phases_are_the_methods_and_recorded_with_the_run(wide_method):
+    import json
+
+    from solbench.train.facts import run_facts
+
+    assert get_method("sol_rl").shown_name() == "Sol-RL"
+    assert get_method("sol_rl").rollout_phases() == {"explore", "select", "regenerate", "reward"}
+    facts = run_facts({"method": "wide_method", "model": {"name": "tiny"}, "eval": {}}, explores=False)
+    assert facts["fact_method_display"] == "Wide (test)"
+    assert json.loads(facts["fact_rollout_phases"]) == ["reward", "rollout"]
+    assert facts["fact_method_display"] is not None and "method" not in facts["fact_notes"]
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_builtin_method_declares_its_display_name(name):
+    from solbench.report.tables import _ALIASES, normalise_method
+
+    cls = get_method(name)
+    assert cls.display_name, f"{name} must declare display_name"
+    # the report's table (its fallback for results collected before runs recorded the name) agrees
+    assert _ALIASES[normalise_method(name)] == cls.display_name
+
+
+def test_run_id_rows_of_method_fields_name_a_field_with_that_default():
+    """config.HASHED_ONLY_WHEN_SET's method_config rows (kept with the run-id rule: a run id is computed before
+    any method loads) must each be a field of a registered method's Config whose default is that value."""
+    from solbench.config import HASHED_ONLY_WHEN_SET
+
+    defaults = {}
+    for name in BUILTIN:
+        for f in dataclasses.fields(get_method(name).Config):
+            defaults.setdefault(f.name, set()).add(repr(get_method(name).Config().__getattribute__(f.name)))
+    for (section, field_name), unset in HASHED_ONLY_WHEN_SET.items():
+        if section == "method_config":
+            assert defaults.get(field_name) == {repr(unset)}, (field_name, defaults.get(field_name), unset)
+
+
+def test_the_report_reads_the_recorded_display_name_and_phases_else_its_table(monkeypatch):
+    """The report never imports a method: it reads the names and phases the runs recorded, and its own table of
+    the built-in methods for results collected before they did."""
+    import json
+    import types
+
+    import pandas as pd
+
+    import solbench.report.tables as tables
+    from solbench.results.stored_facts import FACTS_SCHEMA, SCHEMA_COLUMN
+
+    monkeypatch.setattr(tables, "_RECORDED", {})
+    old = pd.DataFrame({"run_id": ["a"], "method": ["sol_rl"]})  # collected before the facts
+    tables._remember_display_names(old)
+    assert tables.method_display("sol_rl") == "Sol-RL" and tables.method_display("wide_method") == "wide_method"
+    assert tables.Tables.rollout_phases(types.SimpleNamespace(runs=old)) == tables.ROLLOUT_PHASES
+    new = pd.DataFrame({"run_id": ["b"], "method": ["wide_method"], SCHEMA_COLUMN: [FACTS_SCHEMA],
+                        "fact_method_display": ["Wide (test)"], "fact_rollout_phases": [json.dumps(["reward", "rollout"])]})
+    tables._remember_display_names(new)
+    assert tables.method_display("wide_method") == "Wide (test)"
+    assert tables.Tables.rollout_phases(types.SimpleNamespace(runs=new)) == ("rollout", "reward")

@@ -59,6 +59,8 @@ def test_every_method_declares_valid_tiny_settings_and_its_phases(method):
     validate_method_config(method, cls.tiny_config, where=f"{method}.tiny_config")
     assert cls.timed_phases and all(isinstance(p, str) and p for p in cls.timed_phases), (
         f"{method} must declare timed_phases, the phases one iteration times besides 'train'")
+    assert isinstance(cls.display_name, str) and cls.display_name, (
+        f"{method} must declare display_name, the name reports give it (recorded with each run's results)")
 
 
 @pytest.mark.parametrize("method", BUILTIN)
