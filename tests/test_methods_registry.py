@@ -211,15 +211,7 @@ def test_selection_errors():
 
 
 # -- a method's settings: one typed path, its own rules, its names --------------------------------
-SPEC_BASE = """\
-name: t
-base:
-  model: {name: tiny}
-  rewards: {shapes_geneval: 1.0}
-  prompts_per_iter: 4
-  iterations: 3
-  eval: {every: 1, prompts: shapes/eval, n_prompts: 2, seeds_per_prompt: 1, rewards: [shapes_geneval]}
-"""
+SPEC_BASE = "name: t\nbase: {model: {name: tiny}, iterations: 3, eval: {every: 1, n_prompts: 2, seeds_per_prompt: 1}}\n"
 
 
 @dataclasses.dataclass

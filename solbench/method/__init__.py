@@ -27,9 +27,10 @@ A method declares:
   (:func:`build_method_settings`: an unknown key is an error naming it, the method and the spec line),
   and travels as that instance inside :class:`MethodSettings` (``RunConfig.method_config``, a frozen
   mapping of its canonical values, the ones hashed and stored) to ``Method(config, run)``.
-- ``validate(config, run)``: the method's rules between its fields and the run (``K <= N``, explore steps
-  within ``sampling.steps``), yielding ``(dotted key, message)`` problems; the resolver calls it when it
-  expands a spec and reports each at the line that sets the key.
+- ``validate(config, run)``: the method's rules between its fields and the rest of the run (sol_rl: explore
+  steps within ``sampling.steps``), yielding ``(dotted key, message)`` problems; the resolver calls it when it
+  expands a spec and reports each at the line that sets the key. Rules of the Config alone (``K <= N``, a
+  field's range) are its ``__post_init__``'s.
 - ``trained_per_prompt(config)``: the samples it trains per prompt group (K, or the group size), which the
   harness's batch arithmetic (micro-batches, grad_accum, optimizer_steps) divides; None: no such count.
 - ``axes``: the names of Config fields an experiment spec may vary (e.g. ``("n", "k")``).
@@ -75,6 +76,7 @@ quant, world, report, results, machine, text, base.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import importlib
@@ -176,8 +178,8 @@ class Method:
     def validate(cls, config: Any, run: Any) -> Iterable[tuple[str, str]]:
         """The method's rules between its Config's fields and the rest of the run (``run``: the resolved
         RunConfig), checked when a spec expands: ``(dotted key, message)`` for each one broken, e.g.
-        ``("method_config.k", "K=8 exceeds N=4 (K <= N)")``. A single field's own range belongs in the
-        Config's ``__post_init__``."""
+        ``("method_config.explore_steps", "12 explore steps exceed ... sampling.steps=10")``. A rule of the Config
+        alone (a field's range, K <= N) belongs in its ``__post_init__``, which every construction runs."""
         return ()
 
     @classmethod
@@ -344,7 +346,7 @@ class MethodSettings(dict):
         return self
 
     def __deepcopy__(self, memo) -> "MethodSettings":
-        return self
+        return MethodSettings(dict(self), method=self.method, config=copy.deepcopy(self.config, memo))
 
 
 def _rebuild_settings(values: dict, method: str | None, config: Any) -> MethodSettings:
