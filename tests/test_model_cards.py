@@ -129,10 +129,19 @@ def test_an_unknown_model_name_fails_with_close_matches():
 
 @functools.cache
 def _model_names_in(path: Path) -> list[str]:
+    """Model names a module keeps a table of (dict keys or values) or branches on (compared with ``==`` / ``in``)."""
     names = set(cards())
-    tree = ast.parse(path.read_text())
-    return sorted({node.value for node in ast.walk(tree)
-                   if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names})
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Dict):
+            candidates = [*node.keys, *node.values]
+        elif isinstance(node, ast.Compare):
+            candidates = [node.left, *node.comparators]
+            candidates += [e for c in node.comparators if isinstance(c, (ast.Tuple, ast.List, ast.Set)) for e in c.elts]
+        else:
+            continue
+        found |= {c.value for c in candidates if isinstance(c, ast.Constant) and c.value in names}
+    return sorted(found)
 
 
 @pytest.mark.parametrize("module", ["models/__init__.py", "models/flops.py", "models/model_files.py",
