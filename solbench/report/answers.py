@@ -233,19 +233,35 @@ def quality_answer(findings: pd.DataFrame, labels: dict[str, str]) -> str:
             f"no worse than {margin} ({rests}){others}. Measured; no projection enters it.")
 
 
-def answer_lines(findings: pd.DataFrame | None, labels: dict[str, str], clock: str, horizon: str = "") -> list[str]:
-    """'## The answers', both answers, then the primary claims' table (Markdown lines)."""
-    from solbench.report.render import markdown_table
+#: the question a sweep's report answers first (its answer: solbench/report/sweep_answer.py's one sentence)
+SWEEP_QUESTION = "**Which N and K are best here, and does Table 3's trend hold?**"
+
+
+def answer_lines(findings: pd.DataFrame | None, labels: dict[str, str], clock: str, horizon: str = "",
+                 sweep: str | None = None) -> list[str]:
+    """'## The answers' (a sweep's own answer first where ``sweep`` gives it), both answers, then the primary claims'
+    table (Markdown lines). Primary claims the spec has no runs for (no figure) are named in one line under the table,
+    not given a row each: a sweep of one method would otherwise open on a table of empty rows."""
+    from solbench.report.render import markdown_table, neutral
 
     lines = ["## The answers", ""]
+    if sweep:
+        lines += [f"- {SWEEP_QUESTION} {neutral(sweep)}"]
     if findings is None or findings.empty:
         lines += ["Not measured here: these results give no findings (the findings kind was not run, or no run is "
                   "done).", ""]
         return lines
     lines += [f"- {speed_answer(findings, labels, clock, horizon)}", f"- {quality_answer(findings, labels)}", ""]
     table = primary_table(findings)
+    absent = ((table["verdict"] == f"**{NOT_MEASURED}**") & table["measured [95 %]"].str.startswith("-")
+              if not table.empty else pd.Series(dtype=bool))  # a timed but unjudged figure keeps its row
+    if not table.empty and not absent.all():
+        lines += ["### Primary claims", "", markdown_table(table[~absent]), ""]
+    if absent.any():
+        names = "; ".join(claim.split(":", 1)[0] for claim in table.loc[absent, "claim"])
+        lines += [f"*{'Primary claims' if absent.all() else 'The other primary claims'} **{NOT_MEASURED}** (it has no "
+                  f"runs of the arms they compare): {names}.*", ""]
     if not table.empty:
-        lines += ["### Primary claims", "", markdown_table(table), "",
-                  "*Named in the code before any result was read, each judged on the training reward by the verdict "
+        lines += ["*Named in the code before any result was read, each judged on the training reward by the verdict "
                   "rule; every other row of [the findings](findings.md) is exploratory.*", ""]
     return lines

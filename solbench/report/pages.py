@@ -21,7 +21,7 @@ import pandas as pd
 
 from solbench.report.glossary import GLOSSARY_PAGE, glossary_page, link_terms
 from solbench.report.labels import arm_settings, relabel, short_labels
-from solbench.report.registry import Figure, Table
+from solbench.report.registry import Figure, Note, Table
 from solbench.report.tables import Tables
 
 INDEX, FINDINGS, DETAILS, ARMS, PROVENANCE = "index.md", "findings.md", "details.md", "arms.md", "provenance.md"
@@ -138,6 +138,31 @@ def _headline(tables: Tables, sections, labels: dict[str, str], out_dir: Path, u
         figure.figure.clear()
 
 
+#: the sweep's one-sentence answer (solbench/report/sweep_answer.py) and the figures the index shows beside it
+SWEEP_ANSWER = "Sweep: the answer"
+SWEEP_FIGURES = ("sweep_heatmap", "sweep_front")
+
+
+def _note(sections, title: str) -> Note | None:
+    found = [out for _, outputs in sections for out in outputs if isinstance(out, Note) and out.title == title]
+    return found[0] if found else None
+
+
+def _sweep_figures(sections, contents) -> list[str]:
+    """A sweep's heat map and measured front on the first page, under its answer (their PNGs are the ones the
+    details page writes: the details section renders first), each with a link to its section."""
+    from solbench.report.render import neutral
+
+    lines = []
+    for i, (kind, outputs) in enumerate(sections, 1):
+        for out in outputs:
+            if isinstance(out, Figure) and out.name in SWEEP_FIGURES and out.written:
+                anchor = next((a for title, a in contents if title == f"{i}. {kind.title}"), "")
+                lines += [f"### {neutral(out.title)}", "", f"![{neutral(out.title)}]({out.written}.png)", "",
+                          f"*Details, intervals and the numbers: [{neutral(kind.title)}]({DETAILS}#{anchor}).*", ""]
+    return lines
+
+
 def _findings_frame(sections) -> pd.DataFrame | None:
     found = [t for t in _tables_named(sections, "findings") if t.name == "findings"]
     return found[0].data if found else None
@@ -184,7 +209,10 @@ def build_pages(tables: Tables, sections, out_dir: Path, results_dir: Path, miss
     detail_contents, detail_body = _section_lines(sections, out_dir, used, lambda k: k.name != "findings")
 
     index = index_header(tables, results_dir, missing)
-    index += answer_lines(_findings_frame(sections), labels, _clock(tables), _horizon(tables))
+    sweep = _note(sections, SWEEP_ANSWER)
+    index += answer_lines(_findings_frame(sections), labels, _clock(tables), _horizon(tables),
+                          sweep=sweep.text if sweep is not None else None)
+    index += _sweep_figures(sections, detail_contents)
     index += _headline(tables, sections, labels, out_dir, used)
     index += _paper_tables(tables, sections, labels)
     index += ["## Everything else", ""]

@@ -142,6 +142,42 @@ def style_axes(ax, xlabel: str, ylabel: str, *, title: str | None = None) -> Non
     ax.grid(alpha=0.3)
 
 
+def label_points(ax, xs, ys, texts, *, fontsize: float = SMALL) -> None:
+    """Label each point (``xs``, ``ys`` in data units) beside it, no label over another, the legend or the axes' edge.
+
+    Labels are placed left to right: each tries the spot right of and above its point, then steps of its own height
+    up and down, then the same left of the point, and takes the first spot that overlaps nothing placed before it
+    (matplotlib's own text extents on an Agg canvas, the way tests/_chart_checks.py measures them); where every spot
+    is taken it keeps the first. A direct label can then never hide another, as staggered offsets did on crowded
+    sweep fronts."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = ax.figure
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()  # lays the figure out (constrained layout) so that data -> pixels is final
+    renderer = canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = [legend.get_window_extent(renderer) for legend in [ax.get_legend()] if legend is not None]
+    points = sorted(zip(xs, ys, texts), key=lambda p: (p[0], p[1]))
+    for x, y, text in points:
+        label = ax.annotate(clip(text), (x, y), textcoords="offset points", xytext=(5, 3), fontsize=fontsize,
+                            bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none",
+                                  "alpha": 0.8})  # legible over the other points' bars
+        height = label.get_window_extent(renderer).height * 72.0 / fig.dpi + 1.0
+        width = label.get_window_extent(renderer).width * 72.0 / fig.dpi
+        spots = [(dx, 3 + height * k) for dx in (5, -5 - width) for k in (0, 1, -1, 2, -2, 3, -3)]
+        for spot in spots:
+            label.set_position(spot)
+            box = label.get_window_extent(renderer)
+            inside = (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1)
+            if inside and not any(box.overlaps(other) for other in taken):
+                break
+        else:
+            label.set_position(spots[0])
+            box = label.get_window_extent(renderer)
+        taken.append(box)
+
+
 def int_ticks(ax, axis: str = "x") -> None:
     """Integer tick labels on an axis of whole numbers (iterations, N, steps)."""
     from matplotlib.ticker import MaxNLocator

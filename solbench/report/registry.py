@@ -61,6 +61,8 @@ class Figure:
     figure: "MplFigure"
     caption: str = ""
     data: pd.DataFrame | None = None
+    #: the file name (without .png) render_output saved it under, once saved (names are made unique per report)
+    written: str | None = None
 
     def __post_init__(self) -> None:
         self.name = _check_name(self.name)

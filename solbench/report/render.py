@@ -100,6 +100,7 @@ def render_output(out, out_dir: Path, used: set[str]) -> list[str]:
         lines += [f"Numbers: [{name}.csv]({name}.csv)", ""]
     else:
         out.figure.savefig(out_dir / f"{name}.png", dpi=110)
+        out.written = name
         alt = re.sub(r"([\[\]])", r"\\\1", _title(out.title))
         lines += [f"![{alt}]({name}.png)", ""]
         if out.caption:

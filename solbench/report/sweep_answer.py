@@ -22,7 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from solbench.report.plotting import METHOD_COLOURS, SMALL, new_figure, style_axes
+from solbench.report.plotting import METHOD_COLOURS, SMALL, label_points, new_figure, style_axes
 from solbench.report.registry import Figure, Note, Table
 from solbench.report.stats import crossed_interval, fmt_num, mean_ci, units_needed, variance_components, zero_width
 from solbench.report.tables import Tables, _fmt_setting
@@ -193,12 +193,12 @@ def _front_figure(cells: pd.DataFrame, info: dict) -> Figure:
         front = cells[on_front.to_numpy(bool)].sort_values(column)
         ax.plot(front[column] * scale, front["mean"], color="#333333", linestyle="--", linewidth=1.2,
                 drawstyle="steps-post", label="front (point estimates)")
-        for i, (_, r) in enumerate(cells.sort_values(column).iterrows()):  # staggered: equal times do not overlap
-            ax.annotate(r["label"].replace("n=", "N=").replace("k=", "K="), (r[column] * scale, r["mean"]),
-                        textcoords="offset points", xytext=(5, 3 + 9 * (i % 3)), fontsize=SMALL)
         ax.margins(x=0.25, y=0.12)
         style_axes(ax, xlabel, f"final {info['metric']}")
         ax.legend(fontsize=SMALL, loc="lower right")
+        shown = cells[np.isfinite(x)]
+        label_points(ax, shown[column].to_numpy(float) * scale, shown["mean"].to_numpy(float),
+                     [label.replace("n=", "N=").replace("k=", "K=") for label in shown["label"]])
     return Figure("sweep_front", "Sweep: reward against measured time per iteration", fig, (
         f"Each cell: final reward (bar: its interval over run seeds x eval prompts) against its seconds per training "
         f"iteration, {CLOCK_NOTE} (bar: t interval over its runs). Dashed: the front, the cells no other beats on both "
