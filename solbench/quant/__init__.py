@@ -29,6 +29,7 @@ from .model import (LayerQuantization, MacShare, low_precision_mac_share, quanti
 from .recipes import RECIPES, QuantRecipe, UnknownRecipeError, get_recipe
 from .registry import Backend, UnknownBackendError, get_backend
 from .stats import LayerError, error_stats, layer_error_report
+from . import backends  # noqa: E402,F401 - registers the built-in backends in the registry (solbench.quant.registry)
 
 __all__ = [
     "quantize",

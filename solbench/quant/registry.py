@@ -7,7 +7,8 @@ method's speed), whether it can run a recipe here and if not why (``unavailable`
 an nn.Linear (``make_layer``, with the layer classes it makes), the feature multiple its kernels need, whether
 layers reading one tensor may share its quantization, and where ``auto`` tries it.
 
-The built-in backends are registered in one place, solbench.quant.backends (loaded on the first look-up). A new
+The built-in backends are registered in one place, solbench.quant.backends (imported by the package, so before any
+module of solbench.quant is used; this module imports none of them). A new
 backend is one ``register(Backend(...))`` call there (or in a test, or a plug-in); expansion (solbench.spec),
 trainer setup (solbench.train.setup), ``quantized_copy`` and the run facts (the report's labels) read it from here.
 
@@ -93,20 +94,10 @@ class Backend:
 
 _BACKENDS: Dict[str, Backend] = {}
 _CACHE: Dict[tuple, Optional[str]] = {}
-_LOADED = False
-
-
-def _builtin() -> None:
-    """Register the built-in backends (solbench.quant.backends) on the first look-up."""
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        from . import backends  # noqa: F401 - registers them
 
 
 def register(backend: Backend, *, replace: bool = False) -> Backend:
     """Add ``backend`` to the registry (``replace``: over one of the same name)."""
-    _builtin()
     if backend.name in _BACKENDS and not replace:
         raise ValueError(f"a quantization backend {backend.name!r} is registered already")
     if backend.is_fallback and any(b.is_fallback for n, b in _BACKENDS.items() if n != backend.name):
@@ -124,7 +115,6 @@ def unregister(name: str) -> None:
 
 def backend_names() -> Tuple[str, ...]:
     """Every registered backend's name, in registration order."""
-    _builtin()
     return tuple(_BACKENDS)
 
 
@@ -147,7 +137,6 @@ def check_name(name) -> Optional[str]:
 
 def get_backend(name: str) -> Backend:
     """The registered backend ``name``; UnknownBackendError (naming the known ones, with a did-you-mean) else."""
-    _builtin()
     try:
         return _BACKENDS[name]
     except (KeyError, TypeError):
@@ -156,20 +145,17 @@ def get_backend(name: str) -> Backend:
 
 def auto_order() -> Tuple[str, ...]:
     """The backends ``auto`` tries, best first (emulation only as the allowed fallback, after them)."""
-    _builtin()
     ranked = [b for b in _BACKENDS.values() if b.auto_rank is not None]
     return tuple(b.name for b in sorted(ranked, key=lambda b: b.auto_rank))
 
 
 def fallback() -> Backend:
     """The backend that runs anywhere (emulation)."""
-    _builtin()
     return next(b for b in _BACKENDS.values() if b.is_fallback)
 
 
 def layer_types() -> Tuple[type, ...]:
     """Every class a registered backend builds for a quantized Linear."""
-    _builtin()
     out: list = []
     for backend in _BACKENDS.values():
         out += [t for t in backend.layer_types if t not in out]
