@@ -101,13 +101,23 @@ def _twin_results(tmp_path, name="iso", *, held=lambda arm, step: 0.0, twin_gain
     return _with_held_out(tables, held)
 
 
-def test_primaries_carry_holm_adjusted_verdicts_beside_the_raw_ones_and_the_rest_are_hypotheses(tmp_path):
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory):
+    """(findings, the fp4_isolation kind's outputs) of ``_twin_results`` at its defaults, built once for the tests that only read them (the
+    Holm family, the twin's rows, Table 1 at equal measured time); a test that writes rows into the folder (the
+    speed block's) or changes the arms builds its own. One build instead of three: each test's reading, and so
+    what it catches, is the same."""
+    tables = _twin_results(tmp_path_factory.mktemp("twin"))
+    return _findings(tables), get_kind("fp4_isolation")(tables)
+
+
+def test_primaries_carry_holm_adjusted_verdicts_beside_the_raw_ones_and_the_rest_are_hypotheses(twin):
     """Catches a Holm pass that misses rows or changes the raw verdict: every primary with a p value has holm_p equal
     to Holm's adjustment of the family's p values (recomputed here from the rows' own p), its adjusted verdict by
     that p, the raw verdict untouched; every exploratory row is labelled a hypothesis."""
     from solbench.report.findings_multiplicity import holm
 
-    data = _findings(_twin_results(tmp_path))
+    data, _ = twin
     family = data[data["primary"] & data["p_value"].notna()]
     assert len(family) >= 3
     assert family["holm_p"].to_numpy() == pytest.approx(holm(family["p_value"].to_numpy()))
@@ -121,14 +131,13 @@ def test_primaries_carry_holm_adjusted_verdicts_beside_the_raw_ones_and_the_rest
 
 # ---- the twin -------------------------------------------------------------------------------------------------------
 
-def test_the_twin_gives_integrity_speed_and_decomposition_rows(tmp_path):
+def test_the_twin_gives_integrity_speed_and_decomposition_rows(twin):
     """Catches a report without the full-precision-preview twin's rows, or one that reads them at the wrong arms or
     step: the integrity row is (Sol-RL - twin) / twin's score at the read-out iteration 4 (gains 0.008 x 4 + 0.001 x
     seed against 0.008 x 4: +0.001 mean over seeds), primary; the decomposition's steps add up (twin - naive + Sol-RL
     - twin = Sol-RL - naive, 0.016 + 0.001); the twin's speed row is twin / Sol-RL seconds per iteration (2.5 + 0.02
     seed over 2.0 + 0.01 seed, median after warm-up)."""
-    tables = _twin_results(tmp_path)
-    data = _findings(tables)
+    data, isolation = twin
     integ = data[(data["claim"] == "Sol-RL matches its full-precision-preview twin (non-inferior)")
                  & (data["metric"] == METRIC)].iloc[0]
     assert integ["primary"] and "read-out iteration 4" in integ["detail"]
@@ -143,7 +152,7 @@ def test_the_twin_gives_integrity_speed_and_decomposition_rows(tmp_path):
     assert speed["effect"] == pytest.approx(np.mean([2.5 + 0.02 * s for s in range(3)])
                                             / np.mean([2.0 + 0.01 * s for s in range(3)]))
     assert speed["primary"] and math.isfinite(speed["p_value"])
-    table = [o for o in get_kind("fp4_isolation")(tables) if getattr(o, "name", "") == "decomposition"][0]
+    table = [o for o in isolation if getattr(o, "name", "") == "decomposition"][0]
     assert len(table.data) == 3 and table.data["projected_ratio"].notna().all()
 
 
@@ -350,17 +359,16 @@ def test_naive_fp4s_primary_is_read_at_the_declared_iteration_and_the_end_is_exp
     assert "Naive FP4 ends below Sol-RL (equal iterations)" not in set(data["claim"])
 
 
-def test_table1_at_equal_measured_time_beside_the_projection_and_its_fp4_rate(tmp_path):
+def test_table1_at_equal_measured_time_beside_the_projection_and_its_fp4_rate(twin):
     """Catches a Table 1 that shows only the projection: the same pairs at the MEASURED clock (the fixture's wall
     clock is the step for every arm, so at the read-out iteration 4: Sol-RL 0.008 x 4 + 0.001 seed against
     DiffusionNFT 0.002 x 4, +0.025), and the projection with NVFP4 at 2x, 3x and 4x BF16, whose budget (the clock
     both reached) shrinks for Sol-RL's explore FLOPs as the rate grows, so its difference moves; the 4x column is the
     B200 profile's own projection."""
-    tables = _twin_results(tmp_path, "eqt")
-    data = _findings(tables)
+    data, isolation = twin
     measured = data[(data["claim"] == "Sol-RL beats DiffusionNFT at equal MEASURED time") & (data["metric"] == METRIC)]
     assert measured.iloc[0]["effect"] == pytest.approx(0.025)
-    table = [o for o in get_kind("fp4_isolation")(tables) if getattr(o, "name", "") == "table1_equal_time"][0].data
+    table = [o for o in isolation if getattr(o, "name", "") == "table1_equal_time"][0].data
     nft = table[table["primary_comparison"]].iloc[0]
     assert nft["measured_effect"] == pytest.approx(0.025)
     assert nft["4x_effect"] == pytest.approx(nft["projected_effect"])  # B200: NVFP4 9 PFLOP/s = 4 x BF16 2.25
