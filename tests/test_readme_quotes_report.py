@@ -1,6 +1,6 @@
-"""The README quotes the committed tiny_paper report: every figure its tiny_paper paragraph gives is one the report
+"""The README quotes the committed reports: every figure its tiny_paper paragraph gives is one reports/tiny_paper
 holds (issue 52: the README gave ranking fidelity 0.919 / 0.907 for the two explore copies where the report has
-0.908 / 0.925, in the other order)."""
+0.908 / 0.925, in the other order), and every figure of its sweep paragraph one reports/sweep_nk holds."""
 
 from __future__ import annotations
 
@@ -12,18 +12,36 @@ REPORT = ROOT / "reports" / "tiny_paper"
 NUMBER = re.compile(r"(?<![\w.])[+-]?\d+\.\d+")
 
 
-def tiny_paper_paragraph() -> str:
-    """The README's paragraph about experiments/tiny_paper.yaml ('Every comparison the paper makes, ...')."""
+SWEEP_REPORT = ROOT / "reports" / "sweep_nk"
+
+
+def readme_paragraph(starts: str) -> str:
+    """The README's paragraph that begins with ``starts``."""
     text = (ROOT / "README.md").read_text()
-    start = text.index("Every comparison the paper makes")
+    start = text.index(starts)
     end = text.find("\n\n", start)
     return text[start:end if end >= 0 else None]
 
 
-def report_numbers() -> list[str]:
+def tiny_paper_paragraph() -> str:
+    """The README's paragraph about experiments/tiny_paper.yaml ('Every comparison the paper makes, ...')."""
+    return readme_paragraph("Every comparison the paper makes")
+
+
+def report_numbers(report: Path = REPORT) -> list[str]:
     """Every decimal number the committed report writes: its pages and the cells of its CSVs (as text)."""
-    texts = [page.read_text() for page in REPORT.glob("*.md")] + [csv.read_text() for csv in REPORT.glob("*.csv")]
+    texts = [page.read_text() for page in report.glob("*.md")] + [csv.read_text() for csv in report.glob("*.csv")]
     return [n for text in texts for n in NUMBER.findall(text)]
+
+
+def _missing(paragraph: str, report: Path) -> list[str]:
+    """The figures of ``paragraph`` that ``report`` does not hold (as written, or rounded, or as a percentage)."""
+    quoted = [(m.group(0), paragraph[m.end():m.end() + 2].lstrip().startswith("%"))
+              for m in NUMBER.finditer(paragraph)]
+    values = report_numbers(report)
+    exact = {v.lstrip("+") for v in values}
+    return [q for q, percent in quoted
+            if q.lstrip("+") not in exact and not any(_matches(q, v, percent) for v in values)]
 
 
 def _matches(quoted: str, value: str, percent: bool) -> bool:
@@ -36,14 +54,8 @@ def test_every_figure_the_readme_quotes_for_tiny_paper_is_in_the_committed_repor
     """Catches a README figure that the committed report does not hold (a stale quote after a rerun, a swapped
     pair, a figure from another measurement presented as tiny_paper's)."""
     paragraph = tiny_paper_paragraph()
-    quoted = [(m.group(0), paragraph[m.end():m.end() + 2].lstrip().startswith("%"))
-              for m in NUMBER.finditer(paragraph)]
-    assert len(quoted) >= 20  # the paragraph quotes the report's findings, not only prose
-    values = report_numbers()
-    exact = set(values)
-    missing = [q for q, percent in quoted
-               if q.lstrip("+") not in {v.lstrip("+") for v in exact}
-               and not any(_matches(q, v, percent) for v in values)]
+    assert len(NUMBER.findall(paragraph)) >= 20  # the paragraph quotes the report's findings, not only prose
+    missing = _missing(paragraph, REPORT)
     assert not missing, f"README figures not in reports/tiny_paper: {missing}"
 
 
@@ -59,3 +71,11 @@ def test_the_readme_gives_table_8_for_both_explore_copies_as_the_report_orders_t
     paragraph = " ".join(tiny_paper_paragraph().split())
     assert re.search(rf"{flux:.3f} \[[^\]]*\] with `nvfp4_tiny_flux`", paragraph), flux
     assert re.search(rf"{sana:.3f} \[[^\]]*\] with `nvfp4_tiny`", paragraph), sana
+
+
+def test_every_figure_the_readme_quotes_for_the_sweep_is_in_the_committed_sweep_report():
+    """Catches a README sweep answer that the committed reports/sweep_nk does not hold (a quote kept after a rerun
+    changed the cells, or a figure typed by hand)."""
+    paragraph = readme_paragraph("The N x K sweep")
+    assert "reports/sweep_nk" in paragraph and len(NUMBER.findall(paragraph)) >= 10
+    assert not _missing(paragraph, SWEEP_REPORT), f"README figures not in reports/sweep_nk: {_missing(paragraph, SWEEP_REPORT)}"
