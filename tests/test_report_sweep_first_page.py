@@ -96,3 +96,4 @@ def test_point_labels_never_cover_one_another():
 
     assert _crowded(staggered), "the checker no longer sees the overlap this test was written for"
     assert _crowded(label_points) == []
+

@@ -106,6 +106,19 @@ def test_cells_best_set_and_answer_from_three_seeds_per_cell(tmp_path):
     data = heat.data.set_index("n")
     assert data.loc[16, "lo"] == pytest.approx(cells.loc[16, "lo"]) and data.loc[16, "runs"] == 3
 
+    # the first page opens on that sentence and the heat map, not on the method headline (one arm's curve beside an
+    # empty Table 5 panel) nor on a table of primary rows this one-method sweep has no runs for
+    from solbench.report import ReportOptions, write_report
+
+    options = ReportOptions(n_boot=50, kinds=("findings", "sweep_heatmap", "sweep_cells", "timing"))
+    index = write_report(results / "answers", reports_root=tmp_path / "reports", options=options, strict=True)
+    text = index.read_text()
+    answers = text[text.index("## The answers"):]
+    first = next(line for line in answers.splitlines() if line.startswith("- "))
+    assert first.startswith("- **Which N and K are best here") and sentence[:40] in first
+    assert "](sweep_heatmap.png)" in text and "Headline" not in text
+    assert "| Table 6" not in text and "(it has no runs of the arms they compare)" in text
+
 
 def test_the_front_keeps_the_cells_no_other_beats_on_both_reward_and_measured_time():
     """Bug caught: a front that keeps a cell slower and no better than another."""
