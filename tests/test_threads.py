@@ -74,7 +74,7 @@ def test_solbench_threads_is_refused_with_where_the_setting_lives(monkeypatch):
 
 def test_a_killed_run_frees_its_cores(tmp_path):
     # Bug caught: lock files that outlive a killed process (kill -9) and leave every later run unpinned.
-    code = ("import time\nfrom solbench import threads\n"
+    code = ("import time\nfrom solbench.machine import threads\n"
             "with threads.cpu_allocation(len(threads.available_cores())) as a:\n"
             "    print(a.cores, flush=True)\n    time.sleep(60)\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
