@@ -112,9 +112,9 @@ def resolve(settings: FidelitySettings, checkpoint: Checkpoint | None = None) ->
     backend = settings.backend or (run.quant.backend if run else ("emulated" if device.type == "cpu" else "te"))
     if not settings.backend and backend == "cpu_bf16" and recipe != NO_QUANT:
         from solbench.quant import get_recipe
-        from solbench.quant.cpu_bf16 import cpu_bf16_unavailable_reason
+        from solbench.quant.backends import unavailable_reason
 
-        if cpu_bf16_unavailable_reason(get_recipe(recipe)) is not None:
+        if unavailable_reason(get_recipe(recipe), "cpu_bf16") is not None:  # the registry's answer, decided once
             backend = "emulated"  # the run's cpu_bf16 cannot run this recipe (MXFP4, weight-only): as the run's auto would
     if settings.rewards:
         rewards = {name: 1.0 for name in settings.rewards}
