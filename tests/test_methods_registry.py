@@ -320,7 +320,7 @@ def test_display_name_and_phases_are_the_methods_and_recorded_with_the_run(wide_
 
 @pytest.mark.parametrize("name", BUILTIN)
 def test_every_builtin_method_declares_its_display_name(name):
-    from solbench.report.tables import _ALIASES, normalise_method
+    from solbench.report.method_names import _ALIASES, normalise_method
 
     cls = get_method(name)
     assert cls.display_name, f"{name} must declare display_name"
@@ -350,10 +350,11 @@ def test_the_report_reads_the_recorded_display_name_and_phases_else_its_table(mo
 
     import pandas as pd
 
+    import solbench.report.method_names as method_names
     import solbench.report.tables as tables
     from solbench.results.stored_facts import FACTS_SCHEMA, SCHEMA_COLUMN
 
-    monkeypatch.setattr(tables, "_RECORDED", {})
+    monkeypatch.setattr(method_names, "_RECORDED", {})  # the names the loaded results recorded (a module's state)
     old = pd.DataFrame({"run_id": ["a"], "method": ["sol_rl"]})  # collected before the facts
     tables._remember_display_names(old)
     assert tables.method_display("sol_rl") == "Sol-RL" and tables.method_display("wide_method") == "wide_method"

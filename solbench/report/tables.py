@@ -10,9 +10,8 @@ It also derives what every plugin needs the same way:
 - ``arms``: runs grouped into comparable arms, one per (model, method, method settings); seeds are
   the replicates of an arm. Settings that differ between runs of the same model and method (say
   ``n`` in an ablation) become part of the arm label, e.g. ``Sol-RL (n=48)``.
-- method display names, as each run recorded its method's (``fact_method_display``: Method.display_name), and
-  the paper's ordering (Base, DanceGRPO, FlowGRPO, AWM, DiffusionNFT, Sol-RL, then the controls, then any other
-  method); results collected before runs recorded them fall back to the table of the built-in methods here.
+- method display names and the paper's ordering (solbench/report/method_names.py, re-exported here), from what
+  each run recorded (``fact_method_display``);
 - the rollout phases, as the runs recorded their methods' (``fact_rollout_phases``), with the same fallback.
 - the eval rewards of the spec, the data hash and the git SHAs of the runs.
 """
@@ -22,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,15 @@ import numpy as np
 import pandas as pd
 
 from solbench.errors import ConfigError, SolbenchError
+from solbench.report.method_names import (  # re-exported: the report's plugins import them from here
+    METHOD_DISPLAY_FACT,
+    ROLLOUT_PHASES_FACT,
+    _remember_display_names,
+    method_display,
+    method_rank,
+    normalise_method,
+    same_method,
+)
 
 TABLE_FILES = ("runs", "metrics", "timings", "candidates")
 REQUIRED_COLUMNS = {
@@ -39,26 +46,6 @@ REQUIRED_COLUMNS = {
     "timings": ("run_id", "step", "phase", "precision", "seconds", "n_images", "flops"),
     "candidates": ("run_id", "step", "prompt_id", "cand_idx", "noise_seed", "precision", "reward", "selected"),
 }
-
-# The order of the paper's tables and, for results collected before each run recorded its method's display name
-# (fact_method_display), the built-in methods' display names (a fallback, and the report's aliases: "nft", "naive
-# BF16"); keys are normalised (lower case, alphanumerics). The report never imports a method.
-_METHODS: list[tuple[tuple[str, ...], str]] = [
-    (("base",), "Base"),
-    (("dancegrpo", "dance"), "DanceGRPO"),
-    (("flowgrpo", "grpo"), "FlowGRPO"),
-    (("awm",), "AWM"),
-    (("diffusionnft", "nft"), "DiffusionNFT"),
-    (("solrl", "sol"), "Sol-RL"),
-    (("naivebf16", "naivebf16scaling", "naivescaling", "naive"), "naive BF16 scaling"),
-    (("naivefp4",), "naive FP4"),
-]
-_ALIASES = {alias: display for aliases, display in _METHODS for alias in aliases}
-_ORDER = {display: i for i, (_, display) in enumerate(_METHODS)}
-#: Method registry name -> display name as the loaded results recorded it (fact_method_display; Tables.load).
-_RECORDED: dict[str, str] = {}
-METHOD_DISPLAY_FACT = "fact_method_display"
-ROLLOUT_PHASES_FACT = "fact_rollout_phases"
 
 #: Phases whose seconds make up "rollout seconds per iteration" (the paper's Table 5 rollout column), for results
 #: collected before runs recorded their methods' (fact_rollout_phases, Tables.rollout_phases): a fallback.
@@ -76,37 +63,6 @@ _NOT_SETTING_PREFIXES = ("p_model_identity.",)
 HORIZON = "p_iterations"
 # short names of settings in arm labels (what a legend has room for)
 _SHORT = {"quant.recipe": "recipe", "quant.backend": "backend"}
-
-
-def normalise_method(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", str(name).lower())
-
-
-def method_display(name: str) -> str:
-    """Display name of a method registry name: the one its runs recorded (fact_method_display), else the built-in
-    table's (results collected before runs recorded it, and the report's aliases); unknown names as given."""
-    return _RECORDED.get(str(name)) or _ALIASES.get(normalise_method(name), str(name))
-
-
-def _remember_display_names(runs: pd.DataFrame) -> None:
-    """Note the display names the runs recorded for their methods (those of the current facts schema)."""
-    from solbench.report.stored import run_fact
-
-    if METHOD_DISPLAY_FACT not in runs or "method" not in runs:
-        return
-    recorded = run_fact(runs, METHOD_DISPLAY_FACT)
-    for method, display in zip(runs["method"], recorded):
-        if isinstance(display, str) and display:
-            _RECORDED[str(method)] = display
-
-
-def method_rank(name: str) -> int:
-    return _ORDER.get(method_display(name), len(_ORDER))
-
-
-def same_method(a: str, b: str) -> bool:
-    """Whether two spellings name the same method (``diffusion_nft`` == ``DiffusionNFT`` == ``nft``)."""
-    return method_display(a) == method_display(b)
 
 
 @dataclass
