@@ -26,6 +26,11 @@ One job, about 450 lines: a fidelity run from its settings to its stored candida
 and recipe, worker processes). Which checkpoints a block names is solbench.spec.fidelity_plan's, its validation
 solbench.spec.fidelity_block's, its report solbench.report.fidelity*; the block runner stays here because it is
 ``run`` in a loop over settings, with no state of its own.
+
+About 460 lines: one experiment's settings, engine, sampling and run, then the runner of a spec's ``fidelity:``
+block (``run_spec_block``, its worker processes and ``fidelity_run_ids``), which is the seam to split next
+(fidelity/block.py); it stays here for now because the block's workers and the tests reach ``run`` through this
+module.
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ entry point: ``Sweep`` is the ask / launch / observe / prune / tell loop, and it
 search space (space), the study and its storage (study), a cell in flight (flight), a cell's numbers (cell), the
 objective read from a run's curve (objective, curve), the Pareto front (pareto), the local workers (pool), Slurm
 job ids and cancelling (slurm) and the trials table (trials).
+
+One module of about 560 lines, on purpose: the loop, placing cells, polling, pruning and finishing all act on one
+study and its cells in flight (``Sweep``'s state); the cell and flight records are flight.py, the worker pool
+pool.py, the Slurm arrays slurm.py, the study and trials table study.py / trials.py. The seam left is reading and
+judging the intermediate values (``_observe``, ``_report``, ``_prune``).
 """
 
 from __future__ import annotations

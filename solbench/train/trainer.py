@@ -45,6 +45,11 @@ builds a run from and the pure helpers of its schedule are in solbench.train.set
 here, and the measurements it hosts without owning them are modules of their own (the explore gap,
 solbench.train.explore_gap; this CPU's rates, solbench.train.cpu_rates; checkpoint contents, solbench.results.checkpoint):
 the class keeps only the call and the record.
+
+One module of about 530 lines, on purpose: ``Trainer``'s steps (iterate, optimize, evaluate, record, checkpoint)
+all read and write the same run state (networks, optimizer, engine, store, step), and what is not that state lives
+beside it already (train/setup.py builds it; facts.py, cpu_rates.py, explore_gap.py, rollout_copy.py). The seam
+left is evaluation and its sample grids (``evaluate``, ``_save_grid``), the next to move (train/evaluate.py).
 """
 
 from __future__ import annotations
