@@ -100,13 +100,20 @@ def test_the_committed_findings_answer_the_papers_questions_with_their_power(tmp
     f = pd.read_csv(REPORT / "findings.csv")
     primary = f[f["primary"].astype(bool)]
     if report_spec(tmp_path)[1]:  # a report of today's spec has today's primary family (a stale one, its own)
-        assert set(primary["claim"]) == {claim for _, claim in PRIMARY}
+        from solbench.report.findings_multiplicity import ISOLATION_PRIMARY
+
+        # the spec declares report.readout_iteration (issue 54): Tables 4 and 8 and the naive FP4 claim have their
+        # primary at the read-out, and their final-policy / at-the-end rows are exploratory
+        readout = {table for table, claim in ISOLATION_PRIMARY if "read-out" in claim}
+        expected = {claim for table, claim in PRIMARY if table not in readout or "read-out" in claim}
+        assert set(primary["claim"]) == expected
     t1 = primary[primary["paper_table"].str.startswith("Table 1")].iloc[0]
     assert "equal PROJECTED GPU time" in t1["claim"]
     t4 = f[f["paper_table"] == "Table 4"]
     assert not t4["claim"].str.contains("select", case=False).any()
     assert t4[t4["primary"].astype(bool)]["verdict"].isin({REPRODUCED, CONTRADICTED, INCONCLUSIVE}).all()
-    decided_or_costed = primary[primary["verdict"] != PROJECTION]
+    # a projection, and a clock the report does not judge (an emulated copy's), have no power to state
+    decided_or_costed = primary[~primary["verdict"].isin({PROJECTION, NOT_MEASURED})]
     for _, row in decided_or_costed.iterrows():
         assert pd.notna(row["mde"]), row["claim"]
         if row["verdict"] == INCONCLUSIVE:  # what run would decide it: seeds (inf: none reach it) or prompts

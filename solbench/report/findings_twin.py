@@ -127,10 +127,13 @@ def twin_speed(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, 
     if not (sol and twin):
         f.detail = "Needs Sol-RL and its full-precision-preview twin (quant.recipe none)."
         return f
+    from solbench.report.findings_speed import _emulated
+
+    emulated = _emulated(tables, runs[runs["arm"] == sol])
     block = speed_block_ratio(tables)
     if block is not None:
         f.effect, f.lo, f.hi, f.df, f.covers, f.detail = block
-        return f.decide()
+        return _not_judged(f) if emulated else f.decide()
     r = measured_ratio(tables, twin, sol)
     if r is None:
         f.detail = "No timings of Sol-RL and its twin (quiet runs)."
@@ -143,13 +146,17 @@ def twin_speed(tables: Tables, model: str, runs: pd.DataFrame, sol: str | None, 
     f.detail = (f"{twin} / {sol} seconds per iteration of the training runs (median per run after warm-up, quiet runs): "
                 "the same rollout budget, only the preview's precision differs. The speed block's timings of these arms "
                 "(solbench speed) replace these where the results hold them.")
-    from solbench.report.findings_speed import _emulated
+    return _not_judged(f) if emulated else f.decide()
 
-    if _emulated(tables, runs[runs["arm"] == sol]):
-        f.detail += " Sol-RL's copy is emulated here (fake quantization, slower than full precision): not judged."
-        f.verdict = "not measured by this spec"
-        return f
-    return f.decide()
+
+def _not_judged(f: Finding) -> Finding:
+    """An emulated copy's clock (fake quantization, slower than full precision) cannot speak to FP4's speed: the
+    ratio is shown, the verdict is "not measured by this spec" (as Table 5's measured rows on such a clock)."""
+    from solbench.report.stats import NOT_MEASURED
+
+    f.detail += " Sol-RL's copy is emulated here (fake quantization, slower than full precision): not judged."
+    f.verdict = NOT_MEASURED
+    return f
 
 
 def speed_block_ratio(tables: Tables):
