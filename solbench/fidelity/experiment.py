@@ -21,16 +21,12 @@ prompt group is an "all seeds" group. The run id hashes the experiment's setting
 settings (say ``explore_steps`` 6 and 10, or ``recipe`` none to isolate the step-count effect) sit
 side by side in one experiment and appear as separate arms of its report.
 
-One job, about 450 lines: a fidelity run from its settings to its stored candidates (``resolve``, ``build_engine``,
+One job, about 460 lines: a fidelity run from its settings to its stored candidates (``resolve``, ``build_engine``,
 ``sample``, ``run``) and a spec's ``fidelity:`` block as several such runs (``run_spec_block``: settings per entry
-and recipe, worker processes). Which checkpoints a block names is solbench.spec.fidelity_plan's, its validation
-solbench.spec.fidelity_block's, its report solbench.report.fidelity*; the block runner stays here because it is
-``run`` in a loop over settings, with no state of its own.
-
-About 460 lines: one experiment's settings, engine, sampling and run, then the runner of a spec's ``fidelity:``
-block (``run_spec_block``, its worker processes and ``fidelity_run_ids``), which is the seam to split next
-(fidelity/block.py); it stays here for now because the block's workers and the tests reach ``run`` through this
-module.
+and recipe, worker processes, ``fidelity_run_ids``). Which checkpoints a block names is solbench.spec.fidelity_plan's,
+its validation solbench.spec.fidelity_block's, its report solbench.report.fidelity*; the block runner stays here
+because it is ``run`` in a loop over settings, with no state of its own, and the block's workers and the tests reach
+``run`` through this module. It is the seam to split next (fidelity/block.py).
 """
 
 from __future__ import annotations
